@@ -1,0 +1,909 @@
+#!/usr/bin/python3
+"""Generate the golden cases: what real torch.nn.MultiheadAttention computes.
+
+Every case is a folder `<case-name>/` holding `case.json` and `.npy` tensors, in the
+format of shared/golden-format.md (version 1). The expected numbers come from a real
+`torch.nn.MultiheadAttention` (PyTorch 1.13, Debian's python3-torch) in eval mode, run
+on its slow path, `torch.nn.functional.multi_head_attention_forward`: the same math as
+the C++ code, step by step. `q.npy`, `k.npy`, `v.npy` come from PyTorch's own
+in-projection helpers (`_in_projection_packed`, `_in_projection`), called on exactly
+the tensor objects the module passes them. Rejection cases (`expect_error: true`)
+hold invalid inputs or options and no expected outputs; where PyTorch 1.13 rejects
+them too, the generator checks that it does.
+
+This is not a test and not a reader of cases: it only writes them. Nobody edits a
+golden by hand; change this file and regenerate.
+
+Run it from anywhere (Debian's /usr/bin/python3: that is where PyTorch is installed):
+
+    golden/generate.py                # rewrite golden/cases/
+    golden/generate.py --out DIR      # write the cases into DIR instead
+    golden/generate.py --check        # regenerate into a temporary folder and compare
+                                      # byte for byte with golden/cases/ (exit 1 if not)
+
+Seeds are fixed and derived from each case's name, so adding a case changes no other.
+"""
+
+import os
+
+# One thread everywhere: BLAS and PyTorch sum in a different order with more threads,
+# and the last bits of the goldens would then depend on the machine.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
+
+import argparse
+import contextlib
+import dataclasses
+import filecmp
+import json
+import shutil
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(1)
+
+# L = target length, S = source length, N = batch, E = embed_dim, H = heads,
+# D = head_dim = E / H, kdim / vdim = feature sizes of key / value.
+
+FORMAT_VERSION = 1
+BASE_SEED = 20240601
+DEFAULT_OUT = Path(__file__).resolve().parent / "cases"
+
+# PyTorch's own torch.testing defaults for these dtypes.
+TOLERANCE = {
+    torch.float32: {"rtol": 1.3e-6, "atol": 1e-5},
+    torch.float64: {"rtol": 1e-7, "atol": 1e-7},
+}
+DTYPE_NAME = {torch.float32: "float32", torch.float64: "float64"}
+
+# The layouts a forward call accepts, and the three ways to relate query, key and value.
+SEQ_FIRST, BATCH_FIRST, UNBATCHED = "seq_first", "batch_first", "unbatched"
+SELF, ENC_DEC, CROSS = "self", "enc_dec", "cross"
+
+
+# --------------------------------------------------------------------------------------
+# What a case is
+# --------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One forward call of MultiheadAttention: module options, input shapes and masks.
+
+    inputs: SELF   -> forward(x, x, x), one tensor object;
+            ENC_DEC -> forward(q, m, m), key is value (encoder-decoder attention);
+            CROSS  -> forward(q, k, v), three distinct tensors.
+    attn_mask: None, "bool_2d", "float_2d", "bool_3d", "float_3d" or "causal"
+            (3-D is (N*H, L, S) batched, (H, L, S) unbatched; "causal" is the bool
+            (L, S) mask with True above the diagonal, recorded as is_causal=true).
+    """
+    name: str
+    description: str
+    dtype: torch.dtype = torch.float32
+    E: int = 8
+    H: int = 2
+    L: int = 4
+    S: int = 4
+    N: int = 2
+    kdim: Optional[int] = None
+    vdim: Optional[int] = None
+    layout: str = SEQ_FIRST
+    inputs: str = SELF
+    bias: bool = True
+    add_bias_kv: bool = False
+    add_zero_attn: bool = False
+    dropout: float = 0.0
+    attn_mask: Optional[str] = None
+    key_padding_mask: bool = False
+    need_weights: bool = True
+    average_attn_weights: bool = True
+    fully_masked_row: bool = False    # one row of the 2-D attn_mask all True
+    fully_padded_batch: bool = False  # the last batch entry's keys all padded
+    expect_nan: bool = False          # the expected output holds NaN (on purpose)
+
+    def __post_init__(self):
+        assert self.layout in (SEQ_FIRST, BATCH_FIRST, UNBATCHED), self.name
+        assert self.inputs in (SELF, ENC_DEC, CROSS), self.name
+        assert self.E % self.H == 0, self.name
+        assert self.L <= 7 and self.S <= 7 and self.N <= 3 and self.E <= 16, self.name
+        if self.inputs == SELF:
+            assert self.L == self.S and self.kdim_ == self.E and self.vdim_ == self.E, self.name
+        if self.inputs == ENC_DEC:
+            assert self.kdim_ == self.vdim_, self.name
+        if self.layout == UNBATCHED:
+            assert self.N == 1, f"{self.name}: unbatched means N == 1"
+        if self.fully_masked_row:
+            assert self.attn_mask in ("bool_2d", "float_2d"), self.name
+
+    @property
+    def kdim_(self) -> int:
+        return self.E if self.kdim is None else self.kdim
+
+    @property
+    def vdim_(self) -> int:
+        return self.E if self.vdim is None else self.vdim
+
+    @property
+    def is_causal(self) -> bool:
+        return self.attn_mask == "causal"
+
+    def module_options(self) -> dict:
+        """The keyword arguments of torch.nn.MultiheadAttention(...), as case.json names them."""
+        return {
+            "embed_dim": self.E,
+            "num_heads": self.H,
+            "dropout": self.dropout,
+            "bias": self.bias,
+            "add_bias_kv": self.add_bias_kv,
+            "add_zero_attn": self.add_zero_attn,
+            "kdim": self.kdim_,
+            "vdim": self.vdim_,
+            "batch_first": self.layout == BATCH_FIRST,
+        }
+
+    def forward_options(self) -> dict:
+        return {
+            "need_weights": self.need_weights,
+            "average_attn_weights": self.average_attn_weights,
+            "is_causal": self.is_causal,
+            "training": False,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejection:
+    """A case the implementation must reject: a valid `base` case, then broken.
+
+    defect(tensors) replaces entries of the tensor dict (query, key, value, attn_mask,
+    key_padding_mask); module_override / forward_override change the recorded options.
+    torch_rejects: PyTorch 1.13 rejects it too, and the generator checks that it does;
+    False when only 2.x rejects it (1.13 accepts it, or cannot express it).
+    """
+    name: str
+    description: str
+    base: Case
+    defect: Optional[Callable[[dict], None]] = None
+    module_override: dict = dataclasses.field(default_factory=dict)
+    forward_override: dict = dataclasses.field(default_factory=dict)
+    torch_rejects: bool = True
+
+
+# --------------------------------------------------------------------------------------
+# The cases
+# --------------------------------------------------------------------------------------
+
+F64 = torch.float64
+
+CASES = [
+    # 1) Layouts x the three ways query, key and value relate.
+    Case("self_seqfirst_f32",
+         "Self-attention (query, key and value are one tensor) on seq-first (L, N, E) input: "
+         "the packed in-projection runs as one linear and is split into q, k, v.",
+         L=5, S=5, N=3),
+    Case("self_batchfirst_f32",
+         "Self-attention with batch_first=True (N, L, E): the module transposes once and keeps "
+         "query, key and value one tensor; output comes back batch-first.",
+         L=5, S=5, N=2, layout=BATCH_FIRST),
+    Case("self_unbatched_f32",
+         "Self-attention on unbatched (L, E) input: output (L, E), weights (L, S); PyTorch "
+         "unsqueezes query, key and value separately, so the in-projection sees three tensors.",
+         L=5, S=5, N=1, layout=UNBATCHED),
+    Case("encdec_seqfirst_f32",
+         "Encoder-decoder attention (key is value, query distinct) with S != L, seq-first.",
+         L=4, S=6, N=2, inputs=ENC_DEC),
+    Case("encdec_batchfirst_f32",
+         "Encoder-decoder attention (key is value) with S != L and batch_first=True.",
+         L=3, S=5, N=3, inputs=ENC_DEC, layout=BATCH_FIRST),
+    Case("encdec_unbatched_f32",
+         "Encoder-decoder attention (key is value) on unbatched input, S < L.",
+         L=5, S=3, N=1, inputs=ENC_DEC, layout=UNBATCHED),
+    Case("cross_seqfirst_f32",
+         "Fully cross attention: query, key and value are three distinct tensors, seq-first, S < L.",
+         L=5, S=3, N=2, inputs=CROSS),
+    Case("cross_batchfirst_f32",
+         "Fully cross attention with batch_first=True, S > L.",
+         L=2, S=6, N=3, inputs=CROSS, layout=BATCH_FIRST),
+    Case("cross_unbatched_f32",
+         "Fully cross attention on unbatched (L, E) / (S, E) input.",
+         L=3, S=4, N=1, inputs=CROSS, layout=UNBATCHED),
+    Case("self_seqfirst_f64",
+         "Self-attention, seq-first, in float64: the same math with a tighter tolerance.",
+         dtype=F64, L=6, S=6, N=2),
+    Case("encdec_batchfirst_f64",
+         "Encoder-decoder attention (key is value), batch_first=True, float64.",
+         dtype=F64, L=4, S=7, N=2, inputs=ENC_DEC, layout=BATCH_FIRST),
+    Case("cross_unbatched_f64",
+         "Fully cross attention, unbatched, float64.",
+         dtype=F64, L=4, S=2, N=1, inputs=CROSS, layout=UNBATCHED),
+
+    # 2) kdim / vdim: separate q, k, v projection weights instead of one packed matrix.
+    Case("cross_kdim_vdim_seqfirst_f32",
+         "kdim=5 and vdim=3 differ from E=8: separate q_proj/k_proj/v_proj weights, "
+         "in_proj_bias still packed (3E), seq-first.",
+         L=4, S=6, N=2, kdim=5, vdim=3, inputs=CROSS),
+    Case("cross_kdim_vdim_batchfirst_f64",
+         "kdim=6 and vdim=10 (vdim > E) with separate weights, batch_first=True, float64.",
+         dtype=F64, L=3, S=5, N=3, kdim=6, vdim=10, inputs=CROSS, layout=BATCH_FIRST),
+    Case("cross_kdim_vdim_unbatched_f32",
+         "kdim=3 and vdim=7 with separate weights on unbatched input.",
+         L=4, S=5, N=1, kdim=3, vdim=7, inputs=CROSS, layout=UNBATCHED),
+    Case("encdec_kdim_eq_vdim_f32",
+         "kdim == vdim == 6 != E with key is value: separate weights even though key and "
+         "value are one tensor.",
+         L=3, S=5, N=2, kdim=6, vdim=6, inputs=ENC_DEC),
+    Case("cross_kdim_eq_embed_vdim_differs_f32",
+         "kdim == E but vdim=5: one differing size is enough for separate weights.",
+         L=4, S=3, N=2, kdim=8, vdim=5, inputs=CROSS),
+
+    # 3) Attention masks and key padding masks.
+    Case("attn_mask_bool_2d_f32",
+         "Bool 2-D attn_mask (L, S): True means 'may not attend' and becomes -inf, shared "
+         "by every batch entry and head.",
+         L=5, S=5, N=2, attn_mask="bool_2d"),
+    Case("attn_mask_float_2d_f32",
+         "Float 2-D attn_mask (L, S) added to the scores, with some -inf entries; cross attention.",
+         L=4, S=6, N=2, inputs=CROSS, attn_mask="float_2d"),
+    Case("attn_mask_bool_3d_batchfirst_f32",
+         "Bool 3-D attn_mask (N*H, L, S), a different mask per batch entry and head (index "
+         "n*H + h), batch_first=True encoder-decoder attention.",
+         L=4, S=5, N=3, inputs=ENC_DEC, layout=BATCH_FIRST, attn_mask="bool_3d"),
+    Case("attn_mask_float_3d_f64",
+         "Float 3-D attn_mask (N*H, L, S) with H=4, float64, cross attention.",
+         dtype=F64, H=4, L=3, S=5, N=2, inputs=CROSS, attn_mask="float_3d"),
+    Case("attn_mask_bool_3d_unbatched_f32",
+         "Unbatched input with a bool 3-D attn_mask (H, L, S): one mask per head.",
+         E=12, H=4, L=4, S=6, N=1, inputs=CROSS, layout=UNBATCHED, attn_mask="bool_3d"),
+    Case("attn_mask_float_2d_unbatched_f64",
+         "Unbatched self-attention with a float 2-D attn_mask (L, S), float64.",
+         dtype=F64, L=5, S=5, N=1, layout=UNBATCHED, attn_mask="float_2d"),
+    Case("key_padding_mask_bool_f32",
+         "Bool key_padding_mask (N, S): True marks padded key positions, ignored per batch entry.",
+         L=4, S=6, N=3, inputs=ENC_DEC, key_padding_mask=True),
+    Case("key_padding_mask_bool_batchfirst_f64",
+         "Bool key_padding_mask (N, S) with batch_first=True self-attention, float64.",
+         dtype=F64, L=5, S=5, N=3, layout=BATCH_FIRST, key_padding_mask=True),
+    Case("key_padding_mask_bool_unbatched_f32",
+         "Unbatched input with a bool key_padding_mask of shape (S).",
+         L=3, S=6, N=1, inputs=CROSS, layout=UNBATCHED, key_padding_mask=True),
+    Case("attn_mask_bool_2d_key_padding_mask_bool_f32",
+         "Bool attn_mask (L, S) and bool key_padding_mask (N, S) together: merged by logical or.",
+         L=5, S=5, N=2, attn_mask="bool_2d", key_padding_mask=True),
+    Case("attn_mask_float_3d_key_padding_mask_bool_f32",
+         "Float 3-D attn_mask (N*H, L, S) and bool key_padding_mask (N, S): padded positions "
+         "become -inf on top of the float mask; batch_first cross attention.",
+         L=4, S=6, N=2, inputs=CROSS, layout=BATCH_FIRST, attn_mask="float_3d",
+         key_padding_mask=True),
+    Case("attn_mask_float_2d_key_padding_mask_bool_f64",
+         "Float 2-D attn_mask and bool key_padding_mask, encoder-decoder attention, float64.",
+         dtype=F64, L=3, S=6, N=3, inputs=ENC_DEC, attn_mask="float_2d", key_padding_mask=True),
+    Case("attn_mask_bool_3d_key_padding_mask_unbatched_f32",
+         "Unbatched input with a bool (H, L, S) attn_mask and a bool (S) key_padding_mask.",
+         L=4, S=5, N=1, inputs=ENC_DEC, layout=UNBATCHED, attn_mask="bool_3d",
+         key_padding_mask=True),
+    Case("attn_mask_bool_2d_fully_masked_row",
+         "Row 2 of the bool attn_mask is all True: softmax over only -inf gives NaN, so that "
+         "query position is NaN in the output (every batch entry) and in the weights.",
+         L=5, S=5, N=2, attn_mask="bool_2d", fully_masked_row=True, expect_nan=True),
+    Case("attn_mask_bool_2d_fully_masked_row_add_zero_attn",
+         "The same fully masked row with add_zero_attn=True: the appended zero key is never "
+         "masked, so the row attends only to it (weight 1, value 0) and nothing is NaN.",
+         L=5, S=5, N=2, attn_mask="bool_2d", fully_masked_row=True, add_zero_attn=True),
+    Case("attn_mask_float_2d_fully_masked_row_f64",
+         "A float attn_mask whose row 2 is all -inf: NaN in that row, as with a bool mask; float64.",
+         dtype=F64, L=4, S=5, N=2, inputs=CROSS, attn_mask="float_2d", fully_masked_row=True,
+         expect_nan=True),
+    Case("key_padding_mask_fully_padded_batch",
+         "The last batch entry's key_padding_mask is all True: that batch entry is NaN in the "
+         "output and the weights, the others are finite.",
+         L=4, S=5, N=3, inputs=ENC_DEC, key_padding_mask=True, fully_padded_batch=True,
+         expect_nan=True),
+
+    # 4) is_causal. PyTorch 1.13's forward has no is_causal argument: these goldens pass the
+    #    causal mask as attn_mask; in 2.x is_causal=True is a hint that attn_mask is causal,
+    #    and with the mask given the result is the same.
+    Case("is_causal_self_f32",
+         "is_causal=true with its causal attn_mask (L, S), True above the diagonal, in "
+         "self-attention. Generated with PyTorch 1.13, which has no is_causal argument, by "
+         "passing that mask; in 2.x is_causal is a hint that attn_mask is causal, same result.",
+         L=5, S=5, N=2, attn_mask="causal"),
+    Case("is_causal_batchfirst_key_padding_mask_f64",
+         "is_causal=true with its causal attn_mask plus a bool key_padding_mask, batch_first, "
+         "float64 (2.x merges the masks and drops the hint). Generated with PyTorch 1.13 by "
+         "passing the causal mask as attn_mask.",
+         dtype=F64, L=6, S=6, N=2, layout=BATCH_FIRST, attn_mask="causal", key_padding_mask=True),
+    Case("is_causal_need_weights_false_f32",
+         "is_causal=true with its causal attn_mask and need_weights=false (where 2.x may use "
+         "the hint alone). Generated with PyTorch 1.13 by passing the causal mask as attn_mask.",
+         L=4, S=4, N=3, attn_mask="causal", need_weights=False),
+    Case("is_causal_cross_short_query_f32",
+         "is_causal=true with L=3 < S=5: the causal mask is top-left aligned (query i sees "
+         "keys 0..i), as torch.ones(L, S).tril() in 2.x. Generated with PyTorch 1.13 by "
+         "passing that mask as attn_mask.",
+         L=3, S=5, N=2, inputs=CROSS, attn_mask="causal"),
+
+    # 5) add_bias_kv and add_zero_attn: both append one key/value position (S' = S + 1 each).
+    Case("add_bias_kv_f32",
+         "add_bias_kv=True: bias_k and bias_v are appended as one more key/value position "
+         "after the in-projection; weights have S+1 columns.",
+         L=4, S=4, N=2, add_bias_kv=True),
+    Case("add_bias_kv_masks_f32",
+         "add_bias_kv with a bool attn_mask and key_padding_mask: both masks get one more "
+         "column, False, so the bias position is always attended.",
+         L=3, S=5, N=2, inputs=ENC_DEC, add_bias_kv=True, attn_mask="bool_2d",
+         key_padding_mask=True),
+    Case("add_bias_kv_float_mask_batchfirst_f64",
+         "add_bias_kv with a float 3-D attn_mask (its new column is 0), batch_first, float64.",
+         dtype=F64, L=4, S=3, N=2, inputs=CROSS, layout=BATCH_FIRST, add_bias_kv=True,
+         attn_mask="float_3d"),
+    Case("add_zero_attn_f32",
+         "add_zero_attn=True: a zero key and value are appended per head after splitting "
+         "heads; weights have S+1 columns.",
+         L=4, S=5, N=2, inputs=CROSS, add_zero_attn=True),
+    Case("add_zero_attn_masks_f32",
+         "add_zero_attn with a float 3-D attn_mask and a bool key_padding_mask, both padded "
+         "with one unmasked column; batch_first encoder-decoder attention.",
+         L=3, S=4, N=2, inputs=ENC_DEC, layout=BATCH_FIRST, add_zero_attn=True,
+         attn_mask="float_3d", key_padding_mask=True),
+    Case("add_bias_kv_add_zero_attn_f32",
+         "add_bias_kv and add_zero_attn together (S' = S + 2, bias column before the zero "
+         "column) with bool attn_mask and key_padding_mask.",
+         L=4, S=4, N=2, add_bias_kv=True, add_zero_attn=True, attn_mask="bool_2d",
+         key_padding_mask=True),
+    Case("add_bias_kv_add_zero_attn_kdim_vdim_unbatched_f64",
+         "add_bias_kv and add_zero_attn with kdim/vdim separate weights, unbatched input, "
+         "bool (H, L, S) attn_mask and (S) key_padding_mask, float64.",
+         dtype=F64, L=3, S=4, N=1, kdim=5, vdim=6, inputs=CROSS, layout=UNBATCHED,
+         add_bias_kv=True, add_zero_attn=True, attn_mask="bool_3d", key_padding_mask=True),
+    Case("add_bias_kv_rescues_fully_padded_batch_f32",
+         "The last batch entry's keys are all padded, but add_bias_kv appends an unpadded "
+         "bias position, so nothing is NaN.",
+         L=3, S=4, N=2, inputs=ENC_DEC, add_bias_kv=True, key_padding_mask=True,
+         fully_padded_batch=True),
+
+    # 6) Other options.
+    Case("no_bias_self_f32",
+         "bias=False: no in_proj_bias and no out_proj.bias.",
+         L=4, S=4, N=2, bias=False),
+    Case("no_bias_kdim_vdim_f64",
+         "bias=False with kdim/vdim separate weights, cross attention, float64.",
+         dtype=F64, L=3, S=5, N=2, kdim=4, vdim=6, inputs=CROSS, bias=False),
+    Case("no_bias_add_bias_kv_f32",
+         "bias=False but add_bias_kv=True: bias_k and bias_v exist without any projection bias.",
+         L=4, S=5, N=2, inputs=ENC_DEC, bias=False, add_bias_kv=True),
+    Case("need_weights_false_f32",
+         "need_weights=False: only attn_output is returned (no attn_output_weights file).",
+         L=4, S=6, N=2, inputs=CROSS, attn_mask="bool_2d", need_weights=False),
+    Case("need_weights_false_unbatched_f64",
+         "need_weights=False on unbatched self-attention, float64.",
+         dtype=F64, L=5, S=5, N=1, layout=UNBATCHED, need_weights=False),
+    Case("per_head_weights_f32",
+         "average_attn_weights=False: per-head weights (N, H, L, S) instead of their mean, "
+         "H=4, with a key_padding_mask.",
+         H=4, L=3, S=5, N=2, inputs=ENC_DEC, key_padding_mask=True, average_attn_weights=False),
+    Case("per_head_weights_unbatched_f64",
+         "average_attn_weights=False on unbatched input: per-head weights (H, L, S), float64.",
+         dtype=F64, H=4, L=4, S=3, N=1, inputs=CROSS, layout=UNBATCHED,
+         average_attn_weights=False),
+    Case("per_head_weights_add_bias_kv_add_zero_attn_f32",
+         "average_attn_weights=False with add_bias_kv and add_zero_attn: (N, H, L, S+2).",
+         L=3, S=3, N=2, add_bias_kv=True, add_zero_attn=True, average_attn_weights=False),
+    Case("dropout_ignored_in_eval_f32",
+         "dropout=0.5 in eval mode (training=false): dropout is off and the result is exact.",
+         L=4, S=4, N=2, dropout=0.5),
+
+    # 7) Degenerate sizes.
+    Case("one_head_f32",
+         "num_heads=1: one head of size D = E = 8.",
+         H=1, L=4, S=5, N=2, inputs=CROSS),
+    Case("head_dim_one_f32",
+         "head_dim 1 (E == H == 4): scores are scaled by 1/sqrt(1).",
+         E=4, H=4, L=4, S=4, N=2),
+    Case("query_len_one_f32",
+         "L=1: a single query position attending over S=5 keys.",
+         L=1, S=5, N=2, inputs=CROSS),
+    Case("source_len_one_f32",
+         "S=1: a single key, so every weight is exactly 1.",
+         L=4, S=1, N=2, inputs=ENC_DEC),
+    Case("batch_one_batchfirst_f32",
+         "N=1 batched (not unbatched) batch_first self-attention: output (1, L, E).",
+         L=5, S=5, N=1, layout=BATCH_FIRST),
+    Case("minimal_sizes_f64",
+         "E = H = L = S = N = 1, the smallest valid call, float64.",
+         dtype=F64, E=1, H=1, L=1, S=1, N=1),
+    Case("largest_e16_h4_f32",
+         "The largest case: E=16, H=4, L=S=7, N=3, with a bool attn_mask and key_padding_mask.",
+         E=16, H=4, L=7, S=7, N=3, attn_mask="bool_2d", key_padding_mask=True),
+]
+
+
+def _set(name: str, make: Callable[[dict], torch.Tensor]) -> Callable[[dict], None]:
+    """A defect that replaces tensors[name] with make(tensors)."""
+    def defect(tensors: dict) -> None:
+        tensors[name] = make(tensors)
+    return defect
+
+
+def _grow_key_batch(tensors: dict) -> None:
+    """One more batch entry in key (which is value): (S, N, E) -> (S, N+1, E)."""
+    key = torch.cat([tensors["key"], tensors["key"][:, :1]], 1)
+    tensors["key"] = tensors["value"] = key
+
+
+def _base(name: str, **kwargs) -> Case:
+    return Case(name, "(valid base of a rejection case)", **kwargs)
+
+
+REJECTIONS = [
+    Rejection("reject_attn_mask_int32",
+              "attn_mask of dtype int32: only bool and floating masks are allowed.",
+              _base("b", attn_mask="bool_2d"),
+              defect=_set("attn_mask", lambda t: t["attn_mask"].to(torch.int32))),
+    Rejection("reject_attn_mask_uint8",
+              "attn_mask of dtype uint8: PyTorch 2.x accepts only bool and floating masks. "
+              "PyTorch 1.13 still accepted it (deprecated, as bool), so no PyTorch 1.13 check.",
+              _base("b", attn_mask="bool_2d"),
+              defect=_set("attn_mask", lambda t: t["attn_mask"].to(torch.uint8)),
+              torch_rejects=False),
+    Rejection("reject_attn_mask_2d_wrong_shape",
+              "2-D attn_mask of shape (L, S+1) instead of (L, S).",
+              _base("b", L=4, S=4, attn_mask="bool_2d"),
+              defect=_set("attn_mask", lambda t: torch.zeros(4, 5, dtype=torch.bool))),
+    Rejection("reject_attn_mask_3d_wrong_first_dim",
+              "3-D attn_mask of shape (N, L, S) instead of (N*H, L, S).",
+              _base("b", H=2, N=3, L=4, S=4, attn_mask="bool_3d"),
+              defect=_set("attn_mask", lambda t: torch.zeros(3, 4, 4, dtype=torch.bool))),
+    Rejection("reject_attn_mask_4d",
+              "4-D attn_mask (N, H, L, S): only 2-D and 3-D masks are allowed.",
+              _base("b", H=2, N=2, L=4, S=4, attn_mask="bool_3d"),
+              defect=_set("attn_mask", lambda t: t["attn_mask"].view(2, 2, 4, 4))),
+    Rejection("reject_attn_mask_unbatched_3d_wrong_heads",
+              "Unbatched input with a 3-D attn_mask of shape (H+1, L, S) instead of (H, L, S).",
+              _base("b", H=2, N=1, L=3, S=3, layout=UNBATCHED, attn_mask="bool_3d"),
+              defect=_set("attn_mask", lambda t: torch.zeros(3, 3, 3, dtype=torch.bool))),
+    Rejection("reject_key_padding_mask_wrong_shape",
+              "key_padding_mask of shape (N, S+1) instead of (N, S).",
+              _base("b", N=2, L=3, S=5, inputs=ENC_DEC, key_padding_mask=True),
+              defect=_set("key_padding_mask", lambda t: torch.zeros(2, 6, dtype=torch.bool))),
+    Rejection("reject_key_padding_mask_1d_for_batched",
+              "key_padding_mask of shape (S) with batched input: it must be (N, S).",
+              _base("b", N=2, L=3, S=5, inputs=ENC_DEC, key_padding_mask=True),
+              defect=_set("key_padding_mask", lambda t: t["key_padding_mask"][0].clone())),
+    Rejection("reject_key_padding_mask_int32",
+              "key_padding_mask of dtype int32: only bool (and, in 2.x, floating) masks are allowed.",
+              _base("b", N=2, L=3, S=5, inputs=ENC_DEC, key_padding_mask=True),
+              defect=_set("key_padding_mask", lambda t: t["key_padding_mask"].to(torch.int32))),
+    Rejection("reject_query_4d",
+              "query of 4 dimensions: it must be 2-D (unbatched) or 3-D (batched).",
+              _base("b", N=2, L=3, S=4, inputs=CROSS),
+              defect=_set("query", lambda t: t["query"].unsqueeze(0))),
+    Rejection("reject_key_value_shape_mismatch",
+              "key (S, N, E) and value (S+1, N, E) of different shapes, packed weights.",
+              _base("b", N=2, L=3, S=4, inputs=CROSS),
+              defect=_set("value", lambda t: torch.cat([t["value"], t["value"][:1]]))),
+    Rejection("reject_key_value_length_mismatch_kdim_vdim",
+              "Separate weights (kdim=5, vdim=3) with key length S and value length S+1.",
+              _base("b", N=2, L=3, S=4, kdim=5, vdim=3, inputs=CROSS),
+              defect=_set("value", lambda t: torch.cat([t["value"], t["value"][:1]]))),
+    Rejection("reject_query_embed_dim_mismatch",
+              "query's last dimension is E+1 = 9, the module's embed_dim is 8.",
+              _base("b", N=2, L=3, S=4, inputs=CROSS),
+              defect=_set("query", lambda t: torch.cat([t["query"], t["query"][..., :1]], -1))),
+    Rejection("reject_key_dim_not_kdim",
+              "Module built with kdim=5, key's last dimension is 6.",
+              _base("b", N=2, L=3, S=4, kdim=5, vdim=3, inputs=CROSS),
+              defect=_set("key", lambda t: torch.cat([t["key"], t["key"][..., :1]], -1))),
+    Rejection("reject_key_batch_mismatch",
+              "key and value have batch N+1 = 3, query has N = 2.",
+              _base("b", N=2, L=3, S=4, inputs=ENC_DEC),
+              defect=_grow_key_batch),
+    Rejection("reject_unbatched_query_batched_key",
+              "Unbatched (L, E) query with batched (S, N, E) key and value.",
+              _base("b", N=2, L=3, S=4, inputs=CROSS),
+              defect=_set("query", lambda t: t["query"][:, 0].clone())),
+    Rejection("reject_is_causal_without_attn_mask",
+              "is_causal=true with no attn_mask: in 2.x is_causal is only a hint about a given "
+              "mask, and MultiheadAttention needs the mask. PyTorch 1.13 has no is_causal "
+              "argument, so no PyTorch 1.13 check.",
+              _base("b", N=2, L=4, S=4),
+              forward_override={"is_causal": True},
+              torch_rejects=False),
+    Rejection("reject_embed_dim_not_divisible_by_heads",
+              "embed_dim=8 with num_heads=3: 8 is not divisible by 3 (the constructor rejects it).",
+              _base("b", N=2, L=3, S=3),
+              module_override={"num_heads": 3}),
+]
+
+
+# --------------------------------------------------------------------------------------
+# Making the tensors
+# --------------------------------------------------------------------------------------
+
+def seed_for(name: str) -> int:
+    """A seed from the case name alone, so adding or reordering cases changes no other case."""
+    return BASE_SEED + zlib.crc32(name.encode("utf-8"))
+
+
+def make_module(case: Case) -> torch.nn.MultiheadAttention:
+    """A real MultiheadAttention with every parameter, biases included, set to non-zero values.
+
+    PyTorch initialises the biases to zero; random biases make a wrong bias order or a
+    forgotten bias fail the comparison.
+    """
+    mha = torch.nn.MultiheadAttention(**case.module_options(), dtype=case.dtype)
+    with torch.no_grad():
+        for _, p in mha.named_parameters():
+            p.uniform_(-0.5, 0.5)
+    mha.eval()
+    return mha
+
+
+def input_shape(case: Case, length: int, dim: int) -> tuple:
+    if case.layout == SEQ_FIRST:
+        return (length, case.N, dim)
+    if case.layout == BATCH_FIRST:
+        return (case.N, length, dim)
+    return (length, dim)
+
+
+def make_inputs(case: Case) -> tuple:
+    """query, key, value with the object identity the case asks for."""
+    query = torch.randn(input_shape(case, case.L, case.E), dtype=case.dtype)
+    if case.inputs == SELF:
+        return query, query, query
+    key = torch.randn(input_shape(case, case.S, case.kdim_), dtype=case.dtype)
+    if case.inputs == ENC_DEC:
+        return query, key, key
+    value = torch.randn(input_shape(case, case.S, case.vdim_), dtype=case.dtype)
+    return query, key, value
+
+
+def make_key_padding_mask(case: Case) -> torch.Tensor:
+    """Right padding: batch entry n has lengths[n] real keys, the rest are True (padded)."""
+    lengths = torch.randint(1, case.S + 1, (case.N,))
+    if case.S > 1 and bool((lengths == case.S).all()):
+        lengths[-1] = case.S - 1  # make sure something is padded
+    if case.fully_padded_batch:
+        lengths[-1] = 0
+    positions = torch.arange(case.S)
+    mask = positions.unsqueeze(0) >= lengths.unsqueeze(1)  # (N, S)
+    return mask[0] if case.layout == UNBATCHED else mask
+
+
+def attn_mask_shape(case: Case) -> tuple:
+    if case.attn_mask.endswith("_2d") or case.attn_mask == "causal":
+        return (case.L, case.S)
+    heads = case.H if case.layout == UNBATCHED else case.N * case.H
+    return (heads, case.L, case.S)
+
+
+def make_attn_mask(case: Case, key_padding_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """A random bool or float mask that leaves every row at least one key to attend to.
+
+    The kept key of each row lies in the part no batch entry pads, so no row ends up fully
+    masked unless the case asks for it (fully_masked_row / fully_padded_batch).
+    """
+    if case.attn_mask == "causal":
+        return torch.ones(case.L, case.S, dtype=torch.bool).triu(diagonal=1)
+    shape = attn_mask_shape(case)
+    unpadded = case.S
+    if key_padding_mask is not None:
+        padded = key_padding_mask.reshape(-1, case.S)
+        unpadded = max(1, int((~padded).sum(-1).min()))
+    keep = torch.randint(0, unpadded, shape[:-1]).unsqueeze(-1)  # (..., L, 1)
+    if case.attn_mask.startswith("bool"):
+        mask = torch.rand(shape) < 0.4
+        mask.scatter_(-1, keep, False)
+        if case.fully_masked_row:
+            mask[2, :] = True
+        return mask
+    mask = torch.randn(shape, dtype=case.dtype)
+    minus_inf = torch.rand(shape) < 0.25
+    minus_inf.scatter_(-1, keep, False)
+    mask.masked_fill_(minus_inf, float("-inf"))
+    if case.fully_masked_row:
+        mask[2, :] = float("-inf")
+    return mask
+
+
+def make_tensors(case: Case) -> tuple:
+    """The module and every forward input of a case, from the case's own seed."""
+    torch.manual_seed(seed_for(case.name))
+    mha = make_module(case)
+    query, key, value = make_inputs(case)
+    kpm = make_key_padding_mask(case) if case.key_padding_mask else None
+    attn_mask = make_attn_mask(case, kpm) if case.attn_mask else None
+    tensors = {"query": query, "key": key, "value": value,
+               "key_padding_mask": kpm, "attn_mask": attn_mask}
+    return mha, tensors
+
+
+# --------------------------------------------------------------------------------------
+# Running PyTorch: slow path only, and its own q, k, v
+# --------------------------------------------------------------------------------------
+
+class FastPathTaken(Exception):
+    """MultiheadAttention took torch._native_multi_head_attention: not the math we mirror."""
+
+
+@contextlib.contextmanager
+def slow_path_only(captured: list):
+    """Fail if the fused fast path runs; count slow-path calls; capture PyTorch's q, k, v.
+
+    The 1.13 fast path is skipped anyway while grad is enabled and parameters require grad
+    (they do here); the patch proves it for every call instead of trusting it.
+    """
+    saved = (torch._native_multi_head_attention, F.multi_head_attention_forward,
+             F._in_projection_packed, F._in_projection)
+
+    def no_fast_path(*args, **kwargs):
+        raise FastPathTaken("MultiheadAttention took its fast path")
+
+    def counting_forward(*args, **kwargs):
+        captured.append("multi_head_attention_forward")
+        return saved[1](*args, **kwargs)
+
+    def capture_packed(*args, **kwargs):
+        out = saved[2](*args, **kwargs)
+        captured.append(tuple(out))
+        return out
+
+    def capture_separate(*args, **kwargs):
+        out = saved[3](*args, **kwargs)
+        captured.append(tuple(out))
+        return out
+
+    torch._native_multi_head_attention = no_fast_path
+    F.multi_head_attention_forward = counting_forward
+    F._in_projection_packed = capture_packed
+    F._in_projection = capture_separate
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        (torch._native_multi_head_attention, F.multi_head_attention_forward,
+         F._in_projection_packed, F._in_projection) = saved
+
+
+def call_forward(mha: torch.nn.MultiheadAttention, tensors: dict, case: Case):
+    return mha(tensors["query"], tensors["key"], tensors["value"],
+               key_padding_mask=tensors["key_padding_mask"],
+               need_weights=case.need_weights,
+               attn_mask=tensors["attn_mask"],
+               average_attn_weights=case.average_attn_weights)
+
+
+def seq_first_batched(query, key, value, batch_first: bool) -> tuple:
+    """The inputs as MultiheadAttention.forward and multi_head_attention_forward hand them on.
+
+    Mirrors the identity rules there: batch_first transposes once per distinct tensor, so
+    self-attention stays one object; unbatched input is unsqueezed one tensor at a time, so
+    even self-attention becomes three objects (and the packed projection runs three linears).
+    """
+    if query.dim() == 2:
+        return query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+    if not batch_first:
+        return query, key, value
+    if key is value:
+        if query is key:
+            query = key = value = query.transpose(1, 0)
+        else:
+            query, key = [x.transpose(1, 0) for x in (query, key)]
+            value = key
+        return query, key, value
+    return tuple(x.transpose(1, 0) for x in (query, key, value))
+
+
+def in_projection(mha: torch.nn.MultiheadAttention, tensors: dict, case: Case) -> tuple:
+    """q (L, N, E), k (S, N, E), v (S, N, E): PyTorch's own in-projection, before bias_k/bias_v."""
+    q_in, k_in, v_in = seq_first_batched(tensors["query"], tensors["key"], tensors["value"],
+                                         batch_first=case.layout == BATCH_FIRST)
+    if mha._qkv_same_embed_dim:
+        return F._in_projection_packed(q_in, k_in, v_in, mha.in_proj_weight, mha.in_proj_bias)
+    b_q = b_k = b_v = None
+    if mha.in_proj_bias is not None:
+        b_q, b_k, b_v = mha.in_proj_bias.chunk(3)
+    return F._in_projection(q_in, k_in, v_in, mha.q_proj_weight, mha.k_proj_weight,
+                            mha.v_proj_weight, b_q, b_k, b_v)
+
+
+def expected_shapes(case: Case) -> tuple:
+    s_prime = case.S + int(case.add_bias_kv) + int(case.add_zero_attn)
+    out = input_shape(case, case.L, case.E)
+    rows = (case.L, s_prime) if case.average_attn_weights else (case.H, case.L, s_prime)
+    weights = rows if case.layout == UNBATCHED else (case.N,) + rows
+    return out, weights
+
+
+def run_case(case: Case) -> tuple:
+    """Run one numeric case through PyTorch; return (module, inputs, outputs, q/k/v)."""
+    mha, tensors = make_tensors(case)
+    captured = []
+    with slow_path_only(captured):
+        attn_output, attn_weights = call_forward(mha, tensors, case)
+        q, k, v = in_projection(mha, tensors, case)
+    assert captured[0] == "multi_head_attention_forward", case.name
+    module_qkv = captured[1]
+    assert len(captured) == 3, f"{case.name}: expected one forward and one own projection"
+
+    # Our direct call must reproduce what the module computed inside, bit for bit.
+    for mine, theirs in zip((q, k, v), module_qkv):
+        assert torch.equal(mine, theirs), f"{case.name}: q/k/v differ from the module's"
+    assert q.shape == (case.L, case.N, case.E), case.name
+    assert k.shape == v.shape == (case.S, case.N, case.E), case.name
+
+    out_shape, weights_shape = expected_shapes(case)
+    assert tuple(attn_output.shape) == out_shape, (case.name, attn_output.shape)
+    if case.need_weights:
+        assert tuple(attn_weights.shape) == weights_shape, (case.name, attn_weights.shape)
+    else:
+        assert attn_weights is None, case.name
+    has_nan = bool(torch.isnan(attn_output).any())
+    assert has_nan == case.expect_nan, f"{case.name}: NaN in output is {has_nan}"
+
+    outputs = {"attn_output": attn_output}
+    if case.need_weights:
+        outputs["attn_output_weights"] = attn_weights
+    return mha, tensors, outputs, {"q": q, "k": k, "v": v}
+
+
+def check_torch_rejects(rejection: Rejection, mha, tensors: dict, case: Case) -> None:
+    """Assert that PyTorch 1.13 rejects the broken case (construction or forward)."""
+    options = {**case.module_options(), **rejection.module_override}
+    try:
+        if rejection.module_override:
+            broken = torch.nn.MultiheadAttention(**options, dtype=case.dtype)
+            broken.load_state_dict(mha.state_dict())
+            mha = broken.eval()
+        with slow_path_only([]):
+            call_forward(mha, tensors, case)
+    except FastPathTaken:
+        raise
+    except Exception:  # AssertionError or RuntimeError, whichever PyTorch raises
+        return
+    raise SystemExit(f"generate.py: {rejection.name}: PyTorch 1.13 accepted it")
+
+
+# --------------------------------------------------------------------------------------
+# Writing a case folder
+# --------------------------------------------------------------------------------------
+
+ALLOWED_NPY_DTYPES = {"<f4", "<f8", "|b1", "<i4", "|u1"}
+
+
+def save_npy(folder: Path, name: str, tensor: torch.Tensor) -> None:
+    array = np.ascontiguousarray(tensor.detach().cpu().numpy())
+    assert array.dtype.str in ALLOWED_NPY_DTYPES, (name, array.dtype.str)
+    np.save(folder / f"{name}.npy", array, allow_pickle=False)
+
+
+def save_parameters(folder: Path, mha: torch.nn.MultiheadAttention) -> None:
+    """PyTorch's own parameter names: in_proj_weight, out_proj.weight, bias_k, ..."""
+    for name, p in mha.named_parameters():
+        save_npy(folder, name, p)
+
+
+def save_inputs(folder: Path, tensors: dict) -> None:
+    for name in ("query", "key", "value", "key_padding_mask", "attn_mask"):
+        if tensors[name] is not None:
+            save_npy(folder, name, tensors[name])
+
+
+def case_json(description: str, case: Case, module: dict, forward: dict, tensors: dict,
+              expect_error: bool) -> str:
+    document = {
+        "format": FORMAT_VERSION,
+        "description": description,
+        "dtype": DTYPE_NAME[case.dtype],
+        "module": module,
+        "forward": forward,
+        "tolerance": TOLERANCE[case.dtype],
+        "expect_error": expect_error,
+        # Our own field: was forward called with the same tensor object? (The packed
+        # in-projection takes a different route for self- and encoder-decoder attention.)
+        "inputs": {"query_is_key": tensors["query"] is tensors["key"],
+                   "key_is_value": tensors["key"] is tensors["value"]},
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def write_case(out: Path, case: Case) -> None:
+    mha, tensors, outputs, qkv = run_case(case)
+    folder = out / case.name
+    folder.mkdir()
+    (folder / "case.json").write_text(
+        case_json(case.description, case, case.module_options(), case.forward_options(),
+                  tensors, expect_error=False))
+    save_parameters(folder, mha)
+    save_inputs(folder, tensors)
+    for name, tensor in {**outputs, **qkv}.items():
+        save_npy(folder, name, tensor)
+
+
+def write_rejection(out: Path, rejection: Rejection) -> None:
+    case = dataclasses.replace(rejection.base, name=rejection.name,
+                               description=rejection.description)
+    mha, tensors = make_tensors(case)
+    if rejection.defect is not None:
+        rejection.defect(tensors)
+    if rejection.torch_rejects:
+        check_torch_rejects(rejection, mha, tensors, case)
+    folder = out / case.name
+    folder.mkdir()
+    module = {**case.module_options(), **rejection.module_override}
+    forward = {**case.forward_options(), **rejection.forward_override}
+    (folder / "case.json").write_text(
+        case_json(rejection.description, case, module, forward, tensors, expect_error=True))
+    save_parameters(folder, mha)
+    save_inputs(folder, tensors)
+
+
+def remove_stale_cases(out: Path) -> None:
+    """Delete every case folder (a folder holding case.json) already in `out`."""
+    for child in sorted(out.iterdir()):
+        if child.is_dir() and (child / "case.json").exists():
+            shutil.rmtree(child)
+
+
+def generate(out: Path) -> int:
+    names = [c.name for c in CASES] + [r.name for r in REJECTIONS]
+    assert len(names) == len(set(names)), "case names must be unique"
+    out.mkdir(parents=True, exist_ok=True)
+    remove_stale_cases(out)
+    for case in CASES:
+        write_case(out, case)
+    for rejection in REJECTIONS:
+        write_rejection(out, rejection)
+    return len(names)
+
+
+# --------------------------------------------------------------------------------------
+# --check: regenerate and compare byte for byte
+# --------------------------------------------------------------------------------------
+
+def relative_files(root: Path) -> set:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def check(committed: Path) -> int:
+    with tempfile.TemporaryDirectory(prefix="golden-check-") as tmp:
+        fresh = Path(tmp)
+        count = generate(fresh)
+        expected = relative_files(fresh)
+        present = relative_files(committed) if committed.is_dir() else set()
+        problems = [f"missing: {name}" for name in sorted(expected - present)]
+        problems += [f"extra: {name}" for name in sorted(present - expected)]
+        problems += [f"differs: {name}" for name in sorted(expected & present)
+                     if not filecmp.cmp(fresh / name, committed / name, shallow=False)]
+    for line in problems:
+        print(line)
+    if problems:
+        print(f"golden cases do not regenerate exactly: {len(problems)} file(s) differ "
+              f"(rerun golden/generate.py)")
+        return 1
+    print(f"golden cases regenerate exactly: {count} cases")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="folder to write the cases into (default: golden/cases)")
+    parser.add_argument("--check", action="store_true",
+                        help="regenerate into a temporary folder and compare with --out")
+    args = parser.parse_args()
+    if args.check:
+        return check(args.out)
+    count = generate(args.out)
+    print(f"wrote {count} golden cases to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+// mha:attention — scaled dot-product attention over heads, in PyTorch's exact order.
+//
+// For each batch-head b:  weights = softmax(q_b / sqrt(D) . k_b^T + mask_b),
+//                         output  = dropout(weights) . v_b
+// as the need_weights branch of multi_head_attention_forward in torch/nn/functional.py
+// (bmm/baddbmm, softmax, dropout, bmm). Heads are made by splitting E into H blocks of
+// D = E / H columns: batch-head b = n*H + h holds columns [h*D, (h+1)*D) of batch n.
+// This partition knows nothing of projections or parameters (see :multihead_attention).
+//
+// Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
+// D = head_dim, B = N*H.
+module;
+#include "third_party.hpp"
+
+export module mha:attention;
+
+import :error;
+import :detail;
+import :random;
+
+export namespace mha {
+
+// (L, N, E) -> (N*H, L, D): x.view(L, N*H, D).transpose(0, 1) in PyTorch.
+template <class T>
+xt::xtensor<T, 3> split_heads(const xt::xtensor<T, 3>& x, std::size_t num_heads) {
+  const std::size_t L = x.shape(0), N = x.shape(1), E = x.shape(2), D = E / num_heads;
+  xt::xtensor<T, 3> heads({N * num_heads, L, D});
+  for (std::size_t i = 0; i < L; ++i)
+    for (std::size_t n = 0; n < N; ++n)
+      for (std::size_t h = 0; h < num_heads; ++h)
+        for (std::size_t d = 0; d < D; ++d) heads(n * num_heads + h, i, d) = x(i, n, h * D + d);
+  return heads;
+}
+
+// (N*H, L, D) -> (L, N, E): the heads side by side again, x.transpose(0, 1).view(L, N, E).
+template <class T>
+xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>& heads, std::size_t batch) {
+  const std::size_t B = heads.shape(0), L = heads.shape(1), D = heads.shape(2);
+  const std::size_t H = B / batch;
+  xt::xtensor<T, 3> x({L, batch, H * D});
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t i = 0; i < L; ++i)
+      for (std::size_t d = 0; d < D; ++d) x(i, b / H, (b % H) * D + d) = heads(b, i, d);
+  return x;
+}
+
+// One more key, all zeros, for every batch-head: add_zero_attn. (B, S, D) -> (B, S+1, D)
+template <class T>
+xt::xtensor<T, 3> append_zero_row(const xt::xtensor<T, 3>& x) {
+  xt::xtensor<T, 3> out = xt::zeros<T>({x.shape(0), x.shape(1) + 1, x.shape(2)});
+  xt::view(out, xt::all(), xt::range(0, x.shape(1)), xt::all()) = x;
+  return out;
+}
+
+// Softmax along the last dimension, in place, subtracting the row maximum first so that
+// exp() cannot overflow. A row that is all -inf gives NaN, exactly as torch.softmax does:
+// max = -inf, and -inf - (-inf) is NaN.
+template <class T>
+void softmax_last_dim(xt::xtensor<T, 3>& scores) {
+  const std::size_t S = scores.shape(2), rows = S == 0 ? 0 : scores.size() / S;
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* row = scores.data() + r * S;
+    T max = -std::numeric_limits<T>::infinity();
+    for (std::size_t j = 0; j < S; ++j) max = std::fmax(max, row[j]);
+    T sum = 0;
+    for (std::size_t j = 0; j < S; ++j) sum += (row[j] = std::exp(row[j] - max));
+    for (std::size_t j = 0; j < S; ++j) row[j] /= sum;
+  }
+}
+
+// Dropout on the attention weights: each weight is zeroed with probability p and the
+// survivors are scaled by 1 / (1 - p), so the expected value is unchanged.
+template <class T>
+void dropout(xt::xtensor<T, 3>& weights, double p, Generator& generator) {
+  check(p >= 0.0 && p <= 1.0, "dropout", "dropout probability has to be between 0 and 1, but got {}", p);
+  if (p == 0.0) return;
+  const T scale = p == 1.0 ? T(0) : T(1.0 / (1.0 - p));
+  for (auto& w : weights) w = generator.bernoulli(p) ? T(0) : w * scale;
+}
+
+template <class T>
+struct Attention {
+  xt::xtensor<T, 3> output;   // (B, L, D)
+  xt::xtensor<T, 3> weights;  // (B, L, S)
+};
+
+// softmax(q / sqrt(D) . k^T + mask) . v for every batch-head b.
+// q (B, L, D), k (B, S, D), v (B, S, D), mask (1 or B, L, S), additive -> Attention
+template <class T>
+Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
+                                          const xt::xtensor<T, 3>& v,
+                                          const std::optional<xt::xtensor<T, 3>>& mask,
+                                          double dropout_p, Generator& generator) {
+  const std::size_t B = q.shape(0), L = q.shape(1), D = q.shape(2), S = k.shape(1);
+  check(k.shape(0) == B && k.shape(2) == D, "key", "expected shape {}, got {}",
+        shape_string({B, S, D}), shape_string(k.shape()));
+  check(v.shape(0) == B && v.shape(1) == S, "value", "expected batch-heads and length {}, got {}",
+        shape_string({B, S}), shape_string(v.shape()));
+  check(!mask || ((mask->shape(0) == 1 || mask->shape(0) == B) && mask->shape(1) == L &&
+                  mask->shape(2) == S),
+        "attn_mask", "expected shape {} or {}, got {}", shape_string({1, L, S}),
+        shape_string({B, L, S}), shape_string(mask ? mask->shape() : q.shape()));
+  const std::size_t Dv = v.shape(2);
+
+  // 1) scale q, as PyTorch 2.x does (q * sqrt(1/D)), before the matmul rather than after.
+  const xt::xtensor<T, 3> q_scaled = q * static_cast<T>(std::sqrt(1.0 / static_cast<double>(D)));
+
+  // 2) scores = mask + q_scaled . k^T, torch.baddbmm: (B, L, D) x (B, D, S) -> (B, L, S)
+  xt::xtensor<T, 3> weights({B, L, S});
+  for (std::size_t b = 0; b < B; ++b) {
+    T* scores = weights.data() + b * L * S;
+    if (mask) {
+      const T* m = mask->data() + (mask->shape(0) == 1 ? 0 : b) * L * S;
+      std::copy(m, m + L * S, scores);
+    } else {
+      std::fill(scores, scores + L * S, T(0));
+    }
+    detail::gemm<T>(/*trans_a=*/false, /*trans_b=*/true, L, S, D, T(1), q_scaled.data() + b * L * D, D,
+                    k.data() + b * S * D, D, /*beta=*/T(1), scores, S);
+  }
+
+  // 3) softmax over the keys, 4) dropout (training only; p = 0 otherwise)
+  softmax_last_dim(weights);
+  dropout(weights, dropout_p, generator);
+
+  // 5) output = weights . v: (B, L, S) x (B, S, Dv) -> (B, L, Dv)
+  xt::xtensor<T, 3> output({B, L, Dv});
+  for (std::size_t b = 0; b < B; ++b)
+    detail::gemm<T>(/*trans_a=*/false, /*trans_b=*/false, L, Dv, S, T(1), weights.data() + b * L * S, S,
+                    v.data() + b * S * Dv, Dv, /*beta=*/T(0), output.data() + b * L * Dv, Dv);
+  return {std::move(output), std::move(weights)};
+}
+
+}  // namespace mha

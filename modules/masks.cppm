@@ -1,0 +1,94 @@
+// mha:masks — what a mask means, and how PyTorch turns two masks into one.
+//
+// nn.MultiheadAttention takes two optional masks:
+//   attn_mask         (L, S) or (N*H, L, S): which keys each query may attend to;
+//   key_padding_mask  (N, S): which keys of each batch entry are padding.
+// Either may be bool or floating. A bool mask means True = masked (do NOT attend): it
+// becomes 0 where False and -inf where True. A floating mask is added to the scores as
+// it is. This is the opposite of the bool in scaled_dot_product_attention and ONNX,
+// where True means "attend". Mirrors torch/nn/functional.py: _canonical_mask, the
+// padding in multi_head_attention_forward, and its mask merge (PyTorch 2.x: additive).
+//
+// Legend: L = target length, S = source length, N = batch, H = heads.
+module;
+#include "third_party.hpp"
+
+export module mha:masks;
+
+import :error;
+
+export namespace mha {
+
+// A mask as the user gives it: bool (True = masked) or floating (added to the scores).
+template <class T>
+using Mask = std::variant<xt::xarray<bool>, xt::xarray<T>>;
+
+template <class T>
+std::size_t mask_dimension(const Mask<T>& mask) {
+  return std::visit([](const auto& m) { return m.dimension(); }, mask);
+}
+
+template <class T>
+auto mask_shape(const Mask<T>& mask) {
+  return std::visit([](const auto& m) { return xt::svector<std::size_t>(m.shape().begin(), m.shape().end()); }, mask);
+}
+
+// A bool mask as an additive float mask: False -> 0, True -> -inf. A float mask is
+// returned unchanged. As torch.nn.functional._canonical_mask.
+template <class T>
+xt::xarray<T> canonical_mask(const Mask<T>& mask) {
+  if (const auto* m = std::get_if<xt::xarray<T>>(&mask)) return *m;
+  const auto& b = std::get<xt::xarray<bool>>(mask);
+  return xt::where(b, -std::numeric_limits<T>::infinity(), T(0));
+}
+
+// The causal mask as a bool mask: True above the diagonal, so query i sees keys 0..i.
+// (L, S)
+inline xt::xtensor<bool, 2> causal_mask(std::size_t L, std::size_t S) {
+  xt::xtensor<bool, 2> mask({L, S});
+  for (std::size_t i = 0; i < L; ++i)
+    for (std::size_t j = 0; j < S; ++j) mask(i, j) = j > i;
+  return mask;
+}
+
+// The causal mask as nn.Transformer.generate_square_subsequent_mask makes it: a float
+// mask with -inf above the diagonal and 0 elsewhere. (L, L)
+template <class T>
+xt::xtensor<T, 2> generate_square_subsequent_mask(std::size_t L) {
+  return xt::where(causal_mask(L, L), -std::numeric_limits<T>::infinity(), T(0));
+}
+
+// One more key position, not masked: F.pad(mask, (0, 1)). Used when bias_k/bias_v or a
+// zero attention row is appended to the keys. (..., S) -> (..., S + 1)
+template <class T, std::size_t R>
+xt::xtensor<T, R> pad_last(const xt::xtensor<T, R>& mask) {
+  auto shape = mask.shape();
+  shape[R - 1] += 1;
+  xt::xtensor<T, R> padded = xt::zeros<T>(shape);
+  const std::size_t S = mask.shape(R - 1), rows = S == 0 ? 0 : mask.size() / S;
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < S; ++j) padded.data()[r * (S + 1) + j] = mask.data()[r * S + j];
+  return padded;
+}
+
+// Merges key_padding_mask into attn_mask by addition, as PyTorch 2.x does:
+//   attn_mask (1 or N*H, L, S) + key_padding_mask (N, S) viewed as (N*H, 1, S).
+// Batch-head b = n*H + h takes row n of key_padding_mask. Returns (1 or N*H, L, S).
+template <class T>
+std::optional<xt::xtensor<T, 3>> merge_masks(const std::optional<xt::xtensor<T, 3>>& attn_mask,
+                                             const std::optional<xt::xtensor<T, 2>>& key_padding_mask,
+                                             std::size_t num_heads, std::size_t L) {
+  if (!key_padding_mask) return attn_mask;
+  const std::size_t N = key_padding_mask->shape(0), S = key_padding_mask->shape(1);
+  xt::xtensor<T, 3> merged({N * num_heads, L, S});
+  for (std::size_t b = 0; b < N * num_heads; ++b) {
+    const std::size_t n = b / num_heads;
+    const std::size_t a = attn_mask && attn_mask->shape(0) > 1 ? b : 0;
+    for (std::size_t i = 0; i < L; ++i)
+      for (std::size_t j = 0; j < S; ++j)
+        merged(b, i, j) = (attn_mask ? (*attn_mask)(a, i, j) : T(0)) + (*key_padding_mask)(n, j);
+  }
+  return merged;
+}
+
+}  // namespace mha
