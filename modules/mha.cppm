@@ -12,6 +12,7 @@
 export module mha;
 
 export import :error;
+export import :random;
 export import :in_projection;
 export import :masks;
 export import :attention;

@@ -1,0 +1,151 @@
+// The packed in_proj_weight: which rows are Q, K and V, demonstrated against PyTorch.
+//
+// PyTorch's golden q, k, v are its own internal in-projection (_in_projection_packed).
+// Taking rows [0,E) as W_q, [E,2E) as W_k and [2E,3E) as W_v reproduces them; each of
+// the five other orders of the three row blocks does not.
+#include "support.hpp"
+
+#include <algorithm>
+#include <array>
+#include <set>
+#include <string>
+
+namespace {
+
+using Blocks = std::array<std::size_t, 3>;  // which row block plays Q, K and V
+
+std::string order_name(const Blocks& order) {
+  const char* names = "QKV";
+  return {names[order[0]], '-', '>', names[order[1]], '-', '>', names[order[2]]};
+}
+
+// q, k, v computed with row blocks taken in `order`, on the case's seq-first inputs.
+template <class T>
+mha::QKV<T> project_in_order(const mha::Case<T>& c, const Blocks& order) {
+  const auto& w = c.parameters.at("in_proj_weight");  // (3E, E)
+  const xt::xtensor<T, 2> in_proj_weight = w;
+  std::optional<xt::xtensor<T, 1>> in_proj_bias;
+  if (c.parameters.contains("in_proj_bias")) in_proj_bias = c.parameters.at("in_proj_bias");
+  const std::size_t E = in_proj_weight.shape(1);
+  const bool batched = c.query.dimension() == 3, transpose = c.info.options.batch_first && batched;
+  const auto query = mha::to_seq_first_batched(c.query, transpose);  // (L, N, E)
+  const auto key = mha::to_seq_first_batched(c.key, transpose);      // (S, N, E)
+  const auto value = mha::to_seq_first_batched(c.value, transpose);  // (S, N, E)
+  auto project = [&](const xt::xtensor<T, 3>& x, std::size_t block) {
+    return mha::linear(x, mha::weight_block(in_proj_weight, block), mha::bias_block(in_proj_bias, block, E));
+  };
+  return {project(query, order[0]), project(key, order[1]), project(value, order[2])};
+}
+
+template <class T>
+bool matches_pytorch(const mha::Case<T>& c, const mha::QKV<T>& qkv) {
+  const double rtol = c.info.rtol, atol = c.info.atol;
+  return !mha_test::differs(qkv.q, c.expected.at("q"), rtol, atol) &&
+         !mha_test::differs(qkv.k, c.expected.at("k"), rtol, atol) &&
+         !mha_test::differs(qkv.v, c.expected.at("v"), rtol, atol);
+}
+
+}  // namespace
+
+TEST_CASE("demonstrates: only the Q->K->V split of in_proj_weight reproduces PyTorch's q k v",
+          "[in_projection][order]") {
+  std::size_t cases = 0;
+  for (const auto& name : mha_test::numeric_case_names("float64")) {
+    const auto c = mha_test::load<double>(name);
+    if (!c.parameters.contains("in_proj_weight")) continue;
+    ++cases;
+    Blocks order{0, 1, 2};
+    do {
+      const bool is_qkv = order == Blocks{0, 1, 2};
+      INFO(name << " split as " << order_name(order));
+      CHECK(matches_pytorch(c, project_in_order(c, order)) == is_qkv);
+    } while (std::next_permutation(order.begin(), order.end()));
+  }
+  REQUIRE(cases >= 5);
+}
+
+TEST_CASE("split_packed gives W_q W_k W_v as row blocks 0 1 2 and the bias thirds", "[in_projection]") {
+  const auto c = mha_test::load<float>("self_seqfirst_f32");
+  const xt::xtensor<float, 2> w = c.parameters.at("in_proj_weight");
+  const xt::xtensor<float, 1> b = c.parameters.at("in_proj_bias");
+  const std::size_t E = w.shape(1);
+  const auto p = mha::split_packed(w, std::optional(b));
+  REQUIRE(p.w_q.shape() == std::array<std::size_t, 2>{E, E});
+  CHECK(mha_test::same(p.w_q, xt::view(w, xt::range(0, E), xt::all())));
+  CHECK(mha_test::same(p.w_k, xt::view(w, xt::range(E, 2 * E), xt::all())));
+  CHECK(mha_test::same(p.w_v, xt::view(w, xt::range(2 * E, 3 * E), xt::all())));
+  CHECK(mha_test::same(*p.b_q, xt::view(b, xt::range(0, E))));
+  CHECK(mha_test::same(*p.b_k, xt::view(b, xt::range(E, 2 * E))));
+  CHECK(mha_test::same(*p.b_v, xt::view(b, xt::range(2 * E, 3 * E))));
+}
+
+TEST_CASE("split then pack and pack then split are identities", "[in_projection]") {
+  const auto c = mha_test::load<double>("self_seqfirst_f64");
+  const xt::xtensor<double, 2> w = c.parameters.at("in_proj_weight");
+  const xt::xtensor<double, 1> b = c.parameters.at("in_proj_bias");
+  const auto packed = mha::pack(mha::split_packed(w, std::optional(b)));
+  CHECK(mha_test::same(packed.in_proj_weight, w));
+  CHECK(mha_test::same(*packed.in_proj_bias, b));
+
+  const auto split = mha::split_packed(packed.in_proj_weight, packed.in_proj_bias);
+  const auto again = mha::split_packed(mha::pack(split).in_proj_weight, mha::pack(split).in_proj_bias);
+  CHECK(mha_test::same(again.w_q, split.w_q));
+  CHECK(mha_test::same(again.w_k, split.w_k));
+  CHECK(mha_test::same(again.w_v, split.w_v));
+  CHECK(mha_test::same(*again.b_v, *split.b_v));
+
+  // Without bias, nothing is invented.
+  const auto no_bias = mha::pack(mha::split_packed(w, std::optional<xt::xtensor<double, 1>>{}));
+  CHECK_FALSE(no_bias.in_proj_bias.has_value());
+}
+
+TEST_CASE("the module converts between packed and separate without changing its output", "[in_projection]") {
+  const auto c = mha_test::load<double>("attn_mask_float_3d_f64");
+  auto packed = mha::make_module(c);
+  auto separate = packed.to_separate();
+  auto packed_again = separate.to_packed();
+  REQUIRE(packed.packed());
+  REQUIRE_FALSE(separate.packed());
+  REQUIRE(packed_again.packed());
+  CHECK(mha_test::same(xt::xarray<double>(packed_again.parameter("in_proj_weight")), c.parameters.at("in_proj_weight")));
+  CHECK(mha_test::same(separate.parameter("k_proj_weight"),
+                       xt::xarray<double>(xt::view(c.parameters.at("in_proj_weight"), xt::range(8, 16), xt::all()))));
+  const auto a = mha::run_forward(packed, c), b = mha::run_forward(separate, c), d = mha::run_forward(packed_again, c);
+  mha_test::require_close<double>("separate attn_output", b.attn_output, a.attn_output, 1e-12, 1e-12);
+  mha_test::require_close<double>("packed again attn_output", d.attn_output, a.attn_output, 0, 0);
+}
+
+TEST_CASE("packing is impossible when kdim or vdim differs from embed_dim", "[in_projection][errors]") {
+  const auto c = mha_test::load<float>("cross_kdim_vdim_seqfirst_f32");
+  const auto module = mha::make_module(c);
+  REQUIRE_FALSE(module.qkv_same_embed_dim());
+  CHECK_MHA_ERROR(module.to_packed(), Catch::Matchers::Contains("kdim, vdim") &&
+                                                          Catch::Matchers::Contains("cannot pack"));
+  CHECK_MHA_ERROR(mha::pack(module.separate_projections()),
+                       Catch::Matchers::Contains("k_proj_weight") || Catch::Matchers::Contains("v_proj_weight"));
+}
+
+TEST_CASE("parameter names and shapes are PyTorch's state_dict", "[in_projection][state_dict]") {
+  // The golden folders hold one .npy per parameter, named by PyTorch's named_parameters().
+  for (const auto& dir : mha_test::all_cases()) {
+    const auto info = mha::read_case_info(dir);
+    if (info.expect_error) continue;
+    std::set<std::string> files;
+    for (const char* name : {"in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+                             "bias_k", "bias_v", "out_proj.weight", "out_proj.bias"})
+      if (std::filesystem::exists(dir / (std::string(name) + ".npy"))) files.insert(name);
+    mha::Options options = info.options;
+    options.separate_projections = !files.contains("in_proj_weight");
+    const mha::MultiheadAttention<double> module(options);
+    const auto names = module.parameter_names();
+    INFO(info.name);
+    CHECK(std::set<std::string>(names.begin(), names.end()) == files);
+    for (const auto& name : names) {
+      const auto a = mha::read_npy(dir / (name + ".npy"));
+      const auto shape = module.parameter_shape(name);
+      INFO(name);
+      CHECK(a.shape == shape);
+      CHECK(std::equal(shape.begin(), shape.end(), module.parameter(name).shape().begin()));
+    }
+  }
+}

@@ -1,0 +1,168 @@
+// The module's own behaviour beyond the goldens: initialisation, training mode and
+// dropout, the is_causal hint, and the shapes forward returns for every layout.
+#include "support.hpp"
+
+#include <cmath>
+
+namespace {
+
+constexpr std::size_t E = 64, H = 4, L = 5, S = 6, N = 3;
+
+mha::Options options() {
+  mha::Options o;
+  o.embed_dim = static_cast<std::int64_t>(E);
+  o.num_heads = static_cast<std::int64_t>(H);
+  return o;
+}
+
+xt::xarray<double> random_input(std::vector<std::size_t> shape, std::uint64_t seed) {
+  mha::Generator g(seed);
+  xt::xarray<double> x = xt::zeros<double>(shape);
+  for (auto& v : x) v = g.uniform(-1, 1);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("default initialisation follows PyTorch's _reset_parameters", "[module][init]") {
+  auto o = options();
+  o.add_bias_kv = true;
+  const mha::MultiheadAttention<double> m(o, /*seed=*/7);
+  // xavier_uniform over the whole packed (3E, E): fan_in = E, fan_out = 3E, so the bound
+  // is sqrt(6 / (E + 3E)) = sqrt(6 / 256) = 0.153..., not sqrt(6 / 2E) = 0.216...
+  const double xavier_bound = std::sqrt(6.0 / (4.0 * E));
+  const auto w = m.parameter("in_proj_weight");
+  CHECK(xt::amax(xt::abs(w))() <= xavier_bound);
+  CHECK(xt::amax(xt::abs(w))() > 0.99 * xavier_bound);  // 12288 uniform draws reach the edge
+  // out_proj.weight: Linear's kaiming_uniform(a = sqrt(5)), bound 1 / sqrt(E) = 0.125.
+  const auto out = m.parameter("out_proj.weight");
+  CHECK(xt::amax(xt::abs(out))() <= 1.0 / std::sqrt(double(E)));
+  CHECK(xt::amax(xt::abs(out))() > 0.98 / std::sqrt(double(E)));
+  // Biases start at zero.
+  CHECK(xt::all(xt::equal(m.parameter("in_proj_bias"), 0.0)));
+  CHECK(xt::all(xt::equal(m.parameter("out_proj.bias"), 0.0)));
+  // bias_k, bias_v: xavier_normal on (1, 1, E), fan_in = fan_out = E: std = sqrt(1 / E).
+  const auto bk = m.parameter("bias_k");
+  const double std = std::sqrt(xt::mean(bk * bk)());
+  CHECK(std > 0.5 / std::sqrt(double(E)));
+  CHECK(std < 1.5 / std::sqrt(double(E)));
+  // kdim/vdim: each projection gets its own xavier bound, sqrt(6 / (E + kdim)).
+  auto ok = options();
+  ok.kdim = 32;
+  const mha::MultiheadAttention<double> mk(ok, 7);
+  CHECK(xt::amax(xt::abs(mk.parameter("k_proj_weight")))() <= std::sqrt(6.0 / (E + 32)));
+  CHECK(xt::amax(xt::abs(mk.parameter("k_proj_weight")))() > 0.99 * std::sqrt(6.0 / (E + 32)) * 0.98);
+}
+
+TEST_CASE("initialisation is reproducible from its seed", "[module][init]") {
+  const mha::MultiheadAttention<float> a(options(), 1), b(options(), 1), c(options(), 2);
+  CHECK(mha_test::same(a.parameter("in_proj_weight"), b.parameter("in_proj_weight")));
+  CHECK(!mha_test::same(a.parameter("in_proj_weight"), c.parameter("in_proj_weight")));
+}
+
+TEST_CASE("forward returns PyTorch's shapes for every layout", "[module][shapes]") {
+  mha::MultiheadAttention<double> seq_first(options());
+  const auto q = random_input({L, N, E}, 1), kv = random_input({S, N, E}, 2);
+  auto out = seq_first.forward(q, kv, kv);
+  CHECK(mha_test::shape_of(out.attn_output) == std::vector<std::size_t>{L, N, E});
+  CHECK(mha_test::shape_of(*out.attn_output_weights) == std::vector<std::size_t>{N, L, S});
+  mha::ForwardOptions<double> per_head;
+  per_head.average_attn_weights = false;
+  CHECK(mha_test::shape_of(*seq_first.forward(q, kv, kv, per_head).attn_output_weights) == std::vector<std::size_t>{N, H, L, S});
+  mha::ForwardOptions<double> no_weights;
+  no_weights.need_weights = false;
+  CHECK_FALSE(seq_first.forward(q, kv, kv, no_weights).attn_output_weights.has_value());
+
+  auto o = options();
+  o.batch_first = true;
+  mha::MultiheadAttention<double> batch_first(o);
+  out = batch_first.forward(random_input({N, L, E}, 3), random_input({N, S, E}, 4), random_input({N, S, E}, 5));
+  CHECK(mha_test::shape_of(out.attn_output) == std::vector<std::size_t>{N, L, E});
+  CHECK(mha_test::shape_of(*out.attn_output_weights) == std::vector<std::size_t>{N, L, S});
+
+  // Unbatched input is never transposed, batch_first or not.
+  out = batch_first.forward(random_input({L, E}, 6), random_input({S, E}, 7), random_input({S, E}, 8), per_head);
+  CHECK(mha_test::shape_of(out.attn_output) == std::vector<std::size_t>{L, E});
+  CHECK(mha_test::shape_of(*out.attn_output_weights) == std::vector<std::size_t>{H, L, S});
+}
+
+TEST_CASE("a new module is in training mode and dropout acts only there", "[module][dropout]") {
+  auto o = options();
+  o.dropout = 0.5;
+  mha::MultiheadAttention<double> m(o, 3);
+  REQUIRE(m.training());
+  const auto x = random_input({L, N, E}, 9);
+  mha::ForwardOptions<double> per_head;
+  per_head.average_attn_weights = false;
+
+  m.eval();
+  const auto reference = m.forward(x, x, x, per_head);
+  const auto again = m.forward(x, x, x, per_head);
+  CHECK(mha_test::same(*again.attn_output_weights, *reference.attn_output_weights));
+
+  m.train();
+  const auto dropped = m.forward(x, x, x, per_head);
+  // Each weight is either dropped (0) or kept and scaled by 1 / (1 - p) = 2.
+  const auto& w = *dropped.attn_output_weights;
+  const auto& w0 = *reference.attn_output_weights;
+  std::size_t zeros = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (w.data()[i] == 0.0) ++zeros;
+    else REQUIRE(w.data()[i] == Approx(2.0 * w0.data()[i]).epsilon(1e-12));
+  }
+  // About half of N*H*L*L = 300 weights are dropped; 3 sigma is about 26.
+  CHECK(zeros > 150 - 40);
+  CHECK(zeros < 150 + 40);
+  CHECK(mha_test::differs<double>(dropped.attn_output, reference.attn_output, 1e-6, 1e-6));
+
+  // The dropout generator can be reseeded for a reproducible draw.
+  m.dropout_generator().seed(11);
+  const auto a = m.forward(x, x, x, per_head);
+  m.dropout_generator().seed(11);
+  const auto b = m.forward(x, x, x, per_head);
+  CHECK(mha_test::same(*a.attn_output_weights, *b.attn_output_weights));
+}
+
+TEST_CASE("dropout with p = 0 in training equals evaluation", "[module][dropout]") {
+  mha::MultiheadAttention<double> m(options(), 4);
+  const auto x = random_input({L, N, E}, 10);
+  m.train();
+  const auto t = m.forward(x, x, x);
+  m.eval();
+  const auto e = m.forward(x, x, x);
+  CHECK(mha_test::same(t.attn_output, e.attn_output));
+}
+
+TEST_CASE("is_causal with need_weights=false uses the causal mask, as PyTorch's SDPA branch", "[module][masks]") {
+  mha::MultiheadAttention<double> m(options(), 5);
+  m.eval();
+  const auto x = random_input({L, N, E}, 12);
+  mha::ForwardOptions<double> with_mask;
+  with_mask.attn_mask = xt::xarray<bool>(mha::causal_mask(L, L));
+  mha::ForwardOptions<double> hinted = with_mask;
+  hinted.is_causal = true;
+  hinted.need_weights = false;
+  const auto a = m.forward(x, x, x, with_mask), b = m.forward(x, x, x, hinted);
+  mha_test::require_close<double>("attn_output", b.attn_output, a.attn_output, 1e-12, 1e-12);
+  // The float form of the same mask gives the same result.
+  mha::ForwardOptions<double> float_mask;
+  float_mask.attn_mask = xt::xarray<double>(mha::generate_square_subsequent_mask<double>(L));
+  mha_test::require_close<double>("attn_output", m.forward(x, x, x, float_mask).attn_output, a.attn_output, 0, 0);
+}
+
+TEST_CASE("a fully masked row gives NaN, and only that row", "[module][masks]") {
+  mha::MultiheadAttention<double> m(options(), 6);
+  m.eval();
+  const auto x = random_input({L, N, E}, 13);
+  xt::xarray<bool> mask = xt::zeros<bool>({L, L});
+  xt::view(mask, 1, xt::all()) = true;  // query position 1 may attend to nothing
+  mha::ForwardOptions<double> o;
+  o.attn_mask = mask;
+  const auto out = m.forward(x, x, x, o);
+  for (std::size_t i = 0; i < L; ++i)
+    for (std::size_t n = 0; n < N; ++n) {
+      INFO("position " << i << " batch " << n);
+      CHECK(std::isnan(out.attn_output(i, n, 0)) == (i == 1));
+      CHECK(std::isnan((*out.attn_output_weights)(n, i, 0)) == (i == 1));
+    }
+}

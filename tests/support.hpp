@@ -1,0 +1,66 @@
+// Shared helpers of the test suite: where the goldens are, and a tensor comparison
+// that names the tensor, the first mismatching index and the max error on failure.
+#pragma once
+
+#include "third_party.hpp"
+
+#include <catch2/catch.hpp>
+
+import mha;
+
+// The expression throws mha::Error, and its message matches (e.g. names the argument).
+#define CHECK_MHA_ERROR(expression, message_matcher) \
+  do {                                               \
+    CHECK_THROWS_AS(expression, mha::Error);         \
+    CHECK_THROWS_WITH(expression, message_matcher);  \
+  } while (false)
+
+namespace mha_test {
+
+inline std::filesystem::path golden_cases() { return std::filesystem::path(MHA_SOURCE_DIR) / "golden" / "cases"; }
+
+// Every case folder under golden/cases, as mha-golden finds them.
+inline std::vector<std::filesystem::path> all_cases() { return mha::find_cases({golden_cases()}); }
+
+// The numeric (not expect_error) cases of one dtype.
+inline std::vector<std::string> numeric_case_names(const std::string& dtype) {
+  std::vector<std::string> names;
+  for (const auto& dir : all_cases()) {
+    const auto info = mha::read_case_info(dir);
+    if (!info.expect_error && info.dtype == dtype) names.push_back(info.name);
+  }
+  return names;
+}
+
+// Exact equality of two xtensor expressions (shape and every element), as one bool.
+template <class A, class B>
+bool same(const A& a, const B& b) {
+  return bool(a == b);
+}
+
+template <class E>
+std::vector<std::size_t> shape_of(const E& x) {
+  return {x.shape().begin(), x.shape().end()};
+}
+
+template <class T>
+mha::Case<T> load(const std::string& name) {
+  return mha::load_case<T>(mha::read_case_info(golden_cases() / name));
+}
+
+// Checks shapes first, then values within atol + rtol * |expected| (NaN equal to NaN).
+template <class T, class E>
+void require_close(const std::string& name, const E& got, const xt::xarray<T>& expected, double rtol,
+                   double atol) {
+  const auto cmp = mha::compare<T>(xt::xarray<T>(got), expected, rtol, atol);
+  INFO(name << ": max_abs_err=" << cmp.max_abs_err << " " << cmp.mismatch);
+  REQUIRE(cmp.ok);
+}
+
+// True when got and expected differ somewhere beyond the tolerance (or in shape).
+template <class T, class E>
+bool differs(const E& got, const xt::xarray<T>& expected, double rtol, double atol) {
+  return !mha::compare<T>(xt::xarray<T>(got), expected, rtol, atol).ok;
+}
+
+}  // namespace mha_test
