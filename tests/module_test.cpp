@@ -166,3 +166,27 @@ TEST_CASE("a fully masked row gives NaN, and only that row", "[module][masks]") 
       CHECK(std::isnan((*out.attn_output_weights)(n, i, 0)) == (i == 1));
     }
 }
+
+TEST_CASE("a float key_padding_mask is added, as PyTorch 2.x merges masks", "[module][masks]") {
+  // PyTorch 2.x turns a bool mask into 0 / -inf (_canonical_mask) and adds the masks, so
+  // a float key_padding_mask of 0 / -inf must give exactly the bool mask's result, and a
+  // finite float mask shifts the scores of those keys.
+  mha::MultiheadAttention<double> m(options(), 8);
+  m.eval();
+  const auto q = random_input({L, N, E}, 14), kv = random_input({S, N, E}, 15);
+  xt::xarray<bool> padding = xt::zeros<bool>({N, S});
+  padding(0, S - 1) = padding(2, 0) = true;
+  mha::ForwardOptions<double> as_bool, as_float, shifted;
+  as_bool.key_padding_mask = padding;
+  as_float.key_padding_mask = xt::xarray<double>(mha::canonical_mask<double>(padding));
+  const auto a = m.forward(q, kv, kv, as_bool), b = m.forward(q, kv, kv, as_float);
+  mha_test::require_close<double>("attn_output", b.attn_output, a.attn_output, 0, 0);
+  xt::xarray<double> bias = xt::zeros<double>({N, S});
+  bias(1, 2) = -1.5;
+  shifted.key_padding_mask = bias;
+  const auto c = m.forward(q, kv, kv, shifted), d = m.forward(q, kv, kv);
+  // Batch 1's weight on key 2 shrinks; batches 0 and 2 are untouched.
+  CHECK((*c.attn_output_weights)(1, 0, 2) < (*d.attn_output_weights)(1, 0, 2));
+  mha_test::require_close<double>("batch 0 weights", xt::view(*c.attn_output_weights, 0),
+                                  xt::xarray<double>(xt::view(*d.attn_output_weights, 0)), 0, 0);
+}
