@@ -21,6 +21,11 @@ Run it from anywhere (Debian's /usr/bin/python3: that is where PyTorch is instal
     golden/generate.py --check        # regenerate into a temporary folder and compare
                                       # byte for byte with golden/cases/ (exit 1 if not)
 
+It also writes, and --check also compares, golden/layouts/ (one real MultiheadAttention's
+weights permuted into GPT-2, BERT, GPT-NeoX, Megatron, Llama and ONNX Runtime layouts) and
+golden/weights/ (a real TransformerEncoder's state_dict as safetensors, and F16/BF16 data):
+see write_layout and write_transformer_encoder below. Those are not golden cases.
+
 Seeds are fixed and derived from each case's name, so adding a case changes no other.
 """
 
@@ -851,8 +856,119 @@ def remove_stale_cases(out: Path) -> None:
             shutil.rmtree(child)
 
 
+# --------------------------------------------------------------------------------------
+# Extreme values: +-inf, NaN and 1e30 in the inputs and masks
+# --------------------------------------------------------------------------------------
+#
+# Each case is an ordinary Case whose drawn tensors then get one extreme entry written
+# into them (`poke`), before PyTorch runs. What PyTorch returns, NaN and inf included,
+# is the expectation: the C++ code must propagate them the same way, position by
+# position. The index of each poke is (position, batch, feature) on seq-first input.
+
+@dataclasses.dataclass(frozen=True)
+class Extreme:
+    """A valid case, then one entry of one input set to an extreme value."""
+    case: Case
+    tensor: str       # "query", "key", "value" or "attn_mask"
+    index: tuple
+    value: float
+
+
+def _extreme(name: str, description: str, tensor: str, index: tuple, value: float,
+             **kwargs) -> Extreme:
+    return Extreme(Case(name, description, **kwargs), tensor, index, value)
+
+
+INF, NAN = float("inf"), float("nan")
+
+EXTREME_CASES = [
+    _extreme("extreme_nan_in_query_f32",
+             "query[1, 0, 3] is NaN: q row (1, 0) is NaN, so that query position of batch 0 is NaN "
+             "in the output and the weights; every other row is finite.",
+             "query", (1, 0, 3), NAN, L=4, S=5, N=2, inputs=CROSS, expect_nan=True),
+    _extreme("extreme_nan_in_key_f64",
+             "key[2, 1, 0] is NaN (key is value): key position 2 of batch 1 is NaN in every head's "
+             "scores, so every row of batch 1 is NaN; batch 0 is finite. float64.",
+             "key", (2, 1, 0), NAN, dtype=F64, L=3, S=4, N=2, inputs=ENC_DEC, expect_nan=True),
+    _extreme("extreme_nan_in_value_f32",
+             "value[0, 0, 5] is NaN: the weights stay finite, but every output of batch 0 mixes in "
+             "value position 0 and is NaN.",
+             "value", (0, 0, 5), NAN, L=3, S=4, N=2, inputs=CROSS, expect_nan=True),
+    _extreme("extreme_pos_inf_in_query_f32",
+             "query[0, 1, 2] is +inf: q row (0, 1) holds +-inf, its scores +-inf or NaN, and "
+             "softmax over them NaN; other rows are finite.",
+             "query", (0, 1, 2), INF, L=3, S=4, N=2, inputs=CROSS, expect_nan=True),
+    _extreme("extreme_neg_inf_in_key_f32",
+             "key[1, 0, 4] is -inf: key position 1 of batch 0 gives +-inf scores in every row of "
+             "batch 0, and softmax NaN there.",
+             "key", (1, 0, 4), -INF, L=3, S=4, N=2, inputs=CROSS, expect_nan=True),
+    _extreme("extreme_inf_in_value_f64",
+             "value[1, 0, 0] is +inf: v row (1, 0) holds +-inf, which every output of batch 0 mixes "
+             "in (inf - inf is NaN in out_proj). float64.",
+             "value", (1, 0, 0), INF, dtype=F64, L=3, S=4, N=2, inputs=CROSS, expect_nan=True),
+    _extreme("extreme_pos_inf_in_float_attn_mask_f32",
+             "A float attn_mask with +inf at (1, 2): the row maximum is +inf and softmax gives "
+             "inf - inf = NaN for that query row in every batch entry.",
+             "attn_mask", (1, 2), INF, L=4, S=4, N=2, attn_mask="float_2d", expect_nan=True),
+    _extreme("extreme_nan_in_float_attn_mask_f64",
+             "A float attn_mask with NaN at (0, 1): that query row is NaN in every batch entry. "
+             "float64.",
+             "attn_mask", (0, 1), NAN, dtype=F64, L=3, S=4, N=2, inputs=CROSS, attn_mask="float_2d",
+             expect_nan=True),
+    _extreme("extreme_1e30_in_float_attn_mask_f32",
+             "A float attn_mask with 1e30 at (0, 3): row 0 puts weight 1 on key 3 and exactly 0 "
+             "elsewhere; nothing overflows.",
+             "attn_mask", (0, 3), 1e30, L=4, S=5, N=2, inputs=CROSS, attn_mask="float_2d"),
+    _extreme("extreme_1e30_in_query_f32",
+             "query[2, 0, 1] is 1e30: q row (2, 0) is about 1e30, its scores about 1e29, and softmax "
+             "one-hot; the output stays finite.",
+             "query", (2, 0, 1), 1e30, L=3, S=4, N=2, inputs=CROSS),
+    _extreme("extreme_1e30_in_key_f64",
+             "key[1, 0, 4] is 1e30 (key is value, so value too): huge scores for key 1 of batch 0, "
+             "one-hot or zero weights, and a huge but finite output. float64.",
+             "key", (1, 0, 4), 1e30, dtype=F64, L=3, S=4, N=2, inputs=ENC_DEC),
+    _extreme("extreme_1e30_in_value_f32",
+             "value[2, 1, 3] is 1e30: v row (2, 1) is about 1e30 and batch 1's outputs with it, "
+             "finite in float32 (max about 3.4e38).",
+             "value", (2, 1, 3), 1e30, L=3, S=4, N=2, inputs=CROSS),
+]
+
+
+def write_extreme_case(out: Path, extreme: Extreme) -> None:
+    """As write_case, with the extreme entry written into the drawn tensors first."""
+    case = extreme.case
+    mha, tensors = make_tensors(case)
+    with torch.no_grad():
+        tensors[extreme.tensor][extreme.index] = extreme.value
+    captured = []
+    with slow_path_only(captured):
+        attn_output, attn_weights = call_forward(mha, tensors, case)
+        q, k, v = in_projection(mha, tensors, case)
+    assert captured[0] == "multi_head_attention_forward", case.name
+    for mine, theirs in zip((q, k, v), captured[1]):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0, equal_nan=True)
+    out_shape, weights_shape = expected_shapes(case)
+    assert tuple(attn_output.shape) == out_shape, case.name
+    assert attn_weights is not None and tuple(attn_weights.shape) == weights_shape, case.name
+    has_nan = bool(torch.isnan(attn_output).any())
+    assert has_nan == case.expect_nan, f"{case.name}: NaN in output is {has_nan}"
+    assert has_nan or bool(torch.isfinite(attn_output).all()), f"{case.name}: inf in output"
+
+    folder = out / case.name
+    folder.mkdir()
+    (folder / "case.json").write_text(
+        case_json(case.description, case, case.module_options(), case.forward_options(),
+                  tensors, expect_error=False))
+    save_parameters(folder, mha)
+    save_inputs(folder, tensors)
+    outputs = {"attn_output": attn_output, "attn_output_weights": attn_weights,
+               "q": q, "k": k, "v": v}
+    for name, tensor in outputs.items():
+        save_npy(folder, name, tensor)
+
+
 def generate(out: Path) -> int:
-    names = [c.name for c in CASES] + [r.name for r in REJECTIONS]
+    names = [c.name for c in CASES] + [r.name for r in REJECTIONS] + [x.case.name for x in EXTREME_CASES]
     assert len(names) == len(set(names)), "case names must be unique"
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_cases(out)
@@ -860,7 +976,318 @@ def generate(out: Path) -> int:
         write_case(out, case)
     for rejection in REJECTIONS:
         write_rejection(out, rejection)
+    for extreme in EXTREME_CASES:
+        write_extreme_case(out, extreme)
     return len(names)
+
+
+# --------------------------------------------------------------------------------------
+# Other models' weight layouts (golden/layouts/), and a TransformerEncoder saved as
+# safetensors (golden/weights/)
+# --------------------------------------------------------------------------------------
+#
+# golden/layouts/<layout>/ holds one real nn.MultiheadAttention's weights twice: under
+# PyTorch's names (prefix "self_attn.") and permuted into another model's layout with
+# that model's published formula (under a checkpoint-style prefix), as .npy files named
+# by state_dict keys; plus query.npy and PyTorch's attn_output.npy for forward(query,
+# query, query). layout.json names the layout, its prefix and the sizes. (Not
+# case.json: these folders are not golden cases.)
+
+LAYOUTS_OUT = Path(__file__).resolve().parent / "layouts"
+WEIGHTS_OUT = Path(__file__).resolve().parent / "weights"
+LAYOUT_SIZES = {"E": 12, "H": 3, "L": 5, "N": 2}   # D = 4: per-head permutations matter
+LLAMA_SIZES = {"E": 16, "H": 4, "Hkv": 2, "L": 5, "N": 2}
+
+
+def layout_gpt2(w: dict, H: int) -> dict:
+    """HF GPT-2 (modeling_gpt2.py): Conv1D stores weight (in, out) and computes x @ W + b."""
+    return {"c_attn.weight": w["in_proj_weight"].t(), "c_attn.bias": w["in_proj_bias"],
+            "c_proj.weight": w["out_proj.weight"].t(), "c_proj.bias": w["out_proj.bias"]}
+
+
+def layout_bert(w: dict, H: int) -> dict:
+    """HF BERT (modeling_bert.py): three nn.Linear query, key, value and output.dense."""
+    q, k, v = w["in_proj_weight"].chunk(3)
+    bq, bk, bv = w["in_proj_bias"].chunk(3)
+    return {"self.query.weight": q, "self.query.bias": bq, "self.key.weight": k,
+            "self.key.bias": bk, "self.value.weight": v, "self.value.bias": bv,
+            "output.dense.weight": w["out_proj.weight"], "output.dense.bias": w["out_proj.bias"]}
+
+
+def qkv_head_order(t: torch.Tensor, H: int, permutation: tuple) -> torch.Tensor:
+    """[Q; K; V] rows seen as (3, H, D, C), axes permuted, flattened back to (3E, C)."""
+    C = t.shape[1] if t.dim() == 2 else 1
+    D = t.shape[0] // 3 // H
+    return t.reshape(3, H, D, C).permute(*permutation).reshape(t.shape)
+
+
+def layout_query_key_value(w: dict, H: int, permutation: tuple) -> dict:
+    return {"query_key_value.weight": qkv_head_order(w["in_proj_weight"], H, permutation),
+            "query_key_value.bias": qkv_head_order(w["in_proj_bias"], H, permutation),
+            "dense.weight": w["out_proj.weight"], "dense.bias": w["out_proj.bias"]}
+
+
+def layout_gpt_neox(w: dict, H: int) -> dict:
+    """GPT-NeoX / Megatron checkpoint v2: rows [head][q,k,v][head_dim]."""
+    return layout_query_key_value(w, H, (1, 0, 2, 3))
+
+
+def layout_megatron_v1(w: dict, H: int) -> dict:
+    """Megatron checkpoint v1: rows [head][head_dim][q,k,v]."""
+    return layout_query_key_value(w, H, (1, 2, 0, 3))
+
+
+def layout_onnx_attention(w: dict, H: int) -> dict:
+    """ONNX Runtime com.microsoft.Attention: weights (input_hidden, 3E), Q = X W[:, :E] + b[:E]."""
+    return {"weight": w["in_proj_weight"].t(), "bias": w["in_proj_bias"],
+            "out_proj.weight": w["out_proj.weight"], "out_proj.bias": w["out_proj.bias"]}
+
+
+def megatron_to_v3(param: torch.Tensor, version: float, H: int) -> torch.Tensor:
+    """fix_query_key_value_ordering of HF's convert_megatron_gpt2_checkpoint.py, restated:
+    the fused rows of checkpoint `version` regrouped as [q,k,v][head][head_dim]."""
+    shape, D = param.shape, param.shape[0] // 3 // H
+    if version == 1.0:
+        param = param.view(H, D, 3, *shape[1:]).transpose(0, 2).transpose(1, 2)
+    else:
+        param = param.view(H, 3, D, *shape[1:]).transpose(0, 1)
+    return param.reshape(shape)
+
+
+def check_layout_formula(name: str, layout: dict, w: dict, H: int, x: torch.Tensor) -> None:
+    """Recompute q, k, v the way the source model does, from the layout's own tensors."""
+    E = x.shape[-1]
+    D = E // H
+    want = F.linear(x, w["in_proj_weight"], w["in_proj_bias"])  # (L, N, 3E) = [q | k | v]
+    if name in ("gpt2", "onnx_attention"):
+        got = x @ layout["c_attn.weight" if name == "gpt2" else "weight"] + \
+            layout["c_attn.bias" if name == "gpt2" else "bias"]
+    elif name == "bert":
+        got = torch.cat([F.linear(x, layout[f"self.{p}.weight"], layout[f"self.{p}.bias"])
+                         for p in ("query", "key", "value")], dim=-1)
+    else:
+        fused = F.linear(x, layout["query_key_value.weight"], layout["query_key_value.bias"])
+        if name in ("gpt_neox", "megatron_v2"):  # modeling_gpt_neox.py: view(..., H, 3*D)
+            per_head = fused.view(*fused.shape[:-1], H, 3, D)
+            got = per_head.permute(*range(fused.dim() - 1), -2, -3, -1).reshape(want.shape)
+        else:  # v1: each head's rows hold D groups of (q, k, v)
+            per_head = fused.view(*fused.shape[:-1], H, D, 3)
+            got = per_head.permute(*range(fused.dim() - 1), -1, -3, -2).reshape(want.shape)
+        version = 1.0 if name == "megatron_v1" else 2.0
+        assert torch.equal(megatron_to_v3(layout["query_key_value.weight"], version, H),
+                           w["in_proj_weight"]), name
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), name
+
+
+LAYOUTS = {
+    # name: (function, checkpoint-style prefix)
+    "gpt2": (layout_gpt2, "h.0.attn."),
+    "bert": (layout_bert, "bert.encoder.layer.0.attention."),
+    "gpt_neox": (layout_gpt_neox, "gpt_neox.layers.0.attention."),
+    "megatron_v2": (layout_gpt_neox, "language_model.encoder.layers.0.self_attention."),
+    "megatron_v1": (layout_megatron_v1, "language_model.transformer.layers.0.attention."),
+    "onnx_attention": (layout_onnx_attention, "attention."),
+}
+
+
+def layout_module(name: str, E: int, H: int, bias: bool) -> torch.nn.MultiheadAttention:
+    """A real MultiheadAttention, every parameter random (biases included), eval mode."""
+    torch.manual_seed(seed_for("layout_" + name))
+    mha = torch.nn.MultiheadAttention(E, H, bias=bias)
+    with torch.no_grad():
+        for _, p in mha.named_parameters():
+            p.uniform_(-0.5, 0.5)
+    return mha.eval()
+
+
+def run_self_attention(mha: torch.nn.MultiheadAttention, x: torch.Tensor) -> torch.Tensor:
+    with slow_path_only([]):
+        out, _ = mha(x, x, x, need_weights=False)
+    return out
+
+
+def write_layout(out: Path, name: str, mha, layout: dict, prefix: str, info: dict) -> None:
+    folder = out / name
+    folder.mkdir()
+    x = torch.randn(info["L"], info["N"], info["embed_dim"])  # (L, N, E), seq-first
+    document = {"format": FORMAT_VERSION, "layout": name, "prefix": prefix,
+                "pytorch_prefix": "self_attn.", "dtype": "float32",
+                "embed_dim": info["embed_dim"], "num_heads": info["num_heads"],
+                "bias": mha.in_proj_bias is not None, "tolerance": TOLERANCE[torch.float32]}
+    if "num_key_value_heads" in info:
+        document["num_key_value_heads"] = info["num_key_value_heads"]
+    (folder / "layout.json").write_text(json.dumps(document, indent=2) + "\n")
+    for key, p in mha.state_dict().items():
+        save_npy(folder, "self_attn." + key, p)
+    for key, t in layout.items():
+        save_npy(folder, prefix + key, t)
+    save_npy(folder, "query", x)
+    save_npy(folder, "attn_output", run_self_attention(mha, x))
+
+
+def write_llama_layout(out: Path) -> None:
+    """Llama (HF modeling_llama.py): q_proj (H*D, E), k_proj and v_proj (Hkv*D, E), o_proj,
+    no biases; each K/V head serves H/Hkv query heads (repeat_kv). A real MultiheadAttention
+    can hold that layer only with each group's K/V heads equal, so the first head of each
+    group is copied over the others; then PyTorch runs it. Rotary embeddings are not part
+    of nn.MultiheadAttention and are left out on both sides."""
+    E, H, Hkv, L, N = (LLAMA_SIZES[k] for k in ("E", "H", "Hkv", "L", "N"))
+    D, group = E // H, H // Hkv
+    mha = layout_module("llama", E, H, bias=False)
+    with torch.no_grad():
+        w = mha.in_proj_weight
+        for block in (1, 2):  # W_k, W_v: (H, D, E) heads; keep head g * group of each group
+            heads = w[block * E:(block + 1) * E].view(H, D, E)
+            first = heads[::group].clone()  # (Hkv, D, E)
+            heads.copy_(first.repeat_interleave(group, dim=0))
+    q_rows, k_rows, v_rows = mha.in_proj_weight.detach().chunk(3)
+    layout = {"q_proj.weight": q_rows,
+              "k_proj.weight": k_rows.view(H, D, E)[::group].reshape(Hkv * D, E),
+              "v_proj.weight": v_rows.view(H, D, E)[::group].reshape(Hkv * D, E),
+              "o_proj.weight": mha.out_proj.weight.detach()}
+    info = {"embed_dim": E, "num_heads": H, "num_key_value_heads": Hkv, "L": L, "N": N}
+    write_layout(out, "llama", mha, layout, "model.layers.0.self_attn.", info)
+
+    # Grouped-query attention as Llama computes it (without rotary), from the layout's
+    # own tensors: it must be what MultiheadAttention returned.
+    folder = out / "llama"
+    x = torch.from_numpy(np.load(folder / "query.npy"))
+    x_bf = x.transpose(0, 1)  # (N, L, E)
+    q = (x_bf @ layout["q_proj.weight"].t()).view(N, L, H, D).transpose(1, 2)     # (N, H, L, D)
+    k = (x_bf @ layout["k_proj.weight"].t()).view(N, L, Hkv, D).transpose(1, 2)   # (N, Hkv, L, D)
+    v = (x_bf @ layout["v_proj.weight"].t()).view(N, L, Hkv, D).transpose(1, 2)
+    k = k[:, :, None].expand(N, Hkv, group, L, D).reshape(N, H, L, D)  # repeat_kv
+    v = v[:, :, None].expand(N, Hkv, group, L, D).reshape(N, H, L, D)
+    scores = torch.softmax(q @ k.transpose(-1, -2) / D ** 0.5, dim=-1)
+    gqa = ((scores @ v).transpose(1, 2).reshape(N, L, E) @ layout["o_proj.weight"].t()).transpose(0, 1)
+    expected = torch.from_numpy(np.load(folder / "attn_output.npy"))
+    assert torch.allclose(gqa, expected, rtol=1e-5, atol=1e-6), "llama: GQA != MultiheadAttention"
+
+
+def generate_layouts(out: Path) -> int:
+    """golden/layouts/: one folder per layout (see above)."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    E, H = LAYOUT_SIZES["E"], LAYOUT_SIZES["H"]
+    for name, (to_layout, prefix) in LAYOUTS.items():
+        mha = layout_module(name, E, H, bias=True)
+        weights = {k: v.detach() for k, v in mha.state_dict().items()}
+        layout = to_layout(weights, H)
+        check_layout_formula(name, layout, weights, H, torch.randn(3, 2, E))
+        write_layout(out, name, mha, layout, prefix,
+                     {"embed_dim": E, "num_heads": H, "L": LAYOUT_SIZES["L"], "N": LAYOUT_SIZES["N"]})
+    write_llama_layout(out)
+    return len(LAYOUTS) + 1
+
+
+SAFETENSORS_DTYPE = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16",
+                     torch.bfloat16: "BF16", torch.int64: "I64"}
+
+
+def write_safetensors(path: Path, tensors: dict, metadata: dict) -> None:
+    """The safetensors format, written out by hand (Debian has no safetensors package):
+    8-byte little-endian header length, a JSON header of dtype/shape/data_offsets per
+    tensor (and __metadata__), padded with spaces to a multiple of 8, then the data, each
+    tensor little-endian and C-ordered, in the order of the sorted names."""
+    header, chunks, offset = {"__metadata__": metadata}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous()
+        raw = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
+        header[name] = {"dtype": SAFETENSORS_DTYPE[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + b"".join(chunks))
+
+
+def write_transformer_encoder(out: Path) -> None:
+    """A real nn.TransformerEncoder (2 layers, d_model 8, 2 heads) and its state_dict as
+    transformer_encoder/model.safetensors: the keys are layers.0.self_attn.in_proj_weight
+    and so on, the situation of model.transformer_encoder.layers[0].self_attn. Its weights
+    are PyTorch's initialisation plus noise, as if trained a little (the layers start as
+    deep copies of one another, and the biases at zero). Saved with them: src.npy and
+    what layers[0].self_attn returns for it in the model's forward pass."""
+    torch.manual_seed(seed_for("weights_transformer_encoder"))
+    layer = torch.nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0)
+    model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    model.eval()
+    src = torch.randn(5, 2, 8)  # (L, N, E), seq-first
+
+    captured = []
+    hook = model.layers[0].self_attn.register_forward_hook(lambda m, i, o: captured.append(o[0]))
+    with slow_path_only([]):
+        model(src)
+    hook.remove()
+    direct = run_self_attention(model.layers[0].self_attn, src)
+    assert len(captured) == 1 and torch.equal(captured[0], direct), "layer 0 self_attn"
+
+    folder = out / "transformer_encoder"
+    folder.mkdir()
+    write_safetensors(folder / "model.safetensors", model.state_dict(), {"format": "pt"})
+    document = {"format": FORMAT_VERSION, "model": "torch.nn.TransformerEncoder",
+                "d_model": 8, "nhead": 2, "num_layers": 2, "dim_feedforward": 16,
+                "layer": "layers.0.self_attn.", "dtype": "float32",
+                "tolerance": TOLERANCE[torch.float32]}
+    (folder / "model.json").write_text(json.dumps(document, indent=2) + "\n")
+    save_npy(folder, "src", src)
+    save_npy(folder, "layers.0.self_attn.attn_output", direct)
+
+
+def write_dtypes(out: Path) -> None:
+    """dtypes/dtypes.safetensors: the same values as F32, F64, F16 and BF16 (PyTorch's
+    casts), plus an I64 tensor; and PyTorch's widening of the F16 and BF16 tensors back
+    to float32 and float64, to check the reader's conversions against."""
+    torch.manual_seed(seed_for("weights_dtypes"))
+    special = torch.tensor([0.0, -0.0, 1.0, -2.5, 65504.0, 1e5, 6e-8, 1e-40, 3.0e-5,
+                            float("inf"), float("-inf"), float("nan")])
+    values = torch.cat([special, torch.randn(20) * 10])  # (32)
+    tensors = {"f32": values, "f64": values.double(), "f16": values.half(),
+               "bf16": values.bfloat16(), "position_ids": torch.arange(6)}
+    folder = out / "dtypes"
+    folder.mkdir()
+    write_safetensors(folder / "dtypes.safetensors", tensors, {"format": "pt"})
+    for source in ("f16", "bf16"):
+        save_npy(folder, f"{source}_as_float32", tensors[source].float())
+        save_npy(folder, f"{source}_as_float64", tensors[source].double())
+
+
+def generate_weights(out: Path) -> int:
+    """golden/weights/: transformer_encoder/ and dtypes/ (see above)."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    write_transformer_encoder(out)
+    write_dtypes(out)
+    return 2
+
+
+def check_layouts_and_weights() -> int:
+    """Regenerate golden/layouts/ and golden/weights/ and compare them byte for byte."""
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="golden-check-") as tmp:
+        for committed, make in ((LAYOUTS_OUT, generate_layouts), (WEIGHTS_OUT, generate_weights)):
+            fresh = Path(tmp) / committed.name
+            make(fresh)
+            expected = relative_files(fresh)
+            present = relative_files(committed) if committed.is_dir() else set()
+            problems += [f"missing: {committed.name}/{n}" for n in sorted(expected - present)]
+            problems += [f"extra: {committed.name}/{n}" for n in sorted(present - expected)]
+            problems += [f"differs: {committed.name}/{n}" for n in sorted(expected & present)
+                         if not filecmp.cmp(fresh / n, committed / n, shallow=False)]
+    for line in problems:
+        print(line)
+    if problems:
+        print(f"golden layouts and weights do not regenerate exactly: {len(problems)} file(s) "
+              f"differ (rerun golden/generate.py)")
+        return 1
+    print("golden layouts and weights regenerate exactly")
+    return 0
 
 
 # --------------------------------------------------------------------------------------
@@ -899,9 +1326,11 @@ def main() -> int:
                         help="regenerate into a temporary folder and compare with --out")
     args = parser.parse_args()
     if args.check:
-        return check(args.out)
+        return max(check(args.out), check_layouts_and_weights())
     count = generate(args.out)
     print(f"wrote {count} golden cases to {args.out}")
+    print(f"wrote {generate_layouts(LAYOUTS_OUT)} layouts to {LAYOUTS_OUT}")
+    print(f"wrote {generate_weights(WEIGHTS_OUT)} weight sets to {WEIGHTS_OUT}")
     return 0
 
 

@@ -7,6 +7,10 @@
 // D = E / H columns: batch-head b = n*H + h holds columns [h*D, (h+1)*D) of batch n.
 // This partition knows nothing of projections or parameters (see :multihead_attention).
 //
+// This is the readable reference: one plain loop nest per step. The fast paths
+// (:fast_attention, :flash_attention) compute the same with GEMMs, and the tests hold
+// them to it.
+//
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
 // D = head_dim, B = N*H.
 module;
@@ -103,21 +107,21 @@ Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::
   const std::size_t Dv = v.shape(2);
 
   // 1) scale q, as PyTorch 2.x does (q * sqrt(1/D)), before the matmul rather than after.
-  const xt::xtensor<T, 3> q_scaled = q * static_cast<T>(std::sqrt(1.0 / static_cast<double>(D)));
+  const T scale = static_cast<T>(std::sqrt(1.0 / static_cast<double>(D)));
+  xt::xtensor<T, 3> q_scaled({B, L, D});
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t i = 0; i < L; ++i)
+      for (std::size_t d = 0; d < D; ++d) q_scaled(b, i, d) = q(b, i, d) * scale;
 
   // 2) scores = mask + q_scaled . k^T, torch.baddbmm: (B, L, D) x (B, D, S) -> (B, L, S)
   xt::xtensor<T, 3> weights({B, L, S});
-  for (std::size_t b = 0; b < B; ++b) {
-    T* scores = weights.data() + b * L * S;
-    if (mask) {
-      const T* m = mask->data() + (mask->shape(0) == 1 ? 0 : b) * L * S;
-      std::copy(m, m + L * S, scores);
-    } else {
-      std::fill(scores, scores + L * S, T(0));
-    }
-    detail::gemm<T>(/*trans_a=*/false, /*trans_b=*/true, L, S, D, T(1), q_scaled.data() + b * L * D, D,
-                    k.data() + b * S * D, D, /*beta=*/T(1), scores, S);
-  }
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t i = 0; i < L; ++i)
+      for (std::size_t j = 0; j < S; ++j) {
+        T dot = 0;
+        for (std::size_t d = 0; d < D; ++d) dot += q_scaled(b, i, d) * k(b, j, d);
+        weights(b, i, j) = mask ? (*mask)(mask->shape(0) == 1 ? 0 : b, i, j) + dot : dot;
+      }
 
   // 3) softmax over the keys, 4) dropout (training only; p = 0 otherwise)
   softmax_last_dim(weights);
@@ -126,8 +130,12 @@ Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::
   // 5) output = weights . v: (B, L, S) x (B, S, Dv) -> (B, L, Dv)
   xt::xtensor<T, 3> output({B, L, Dv});
   for (std::size_t b = 0; b < B; ++b)
-    detail::gemm<T>(/*trans_a=*/false, /*trans_b=*/false, L, Dv, S, T(1), weights.data() + b * L * S, S,
-                    v.data() + b * S * Dv, Dv, /*beta=*/T(0), output.data() + b * L * Dv, Dv);
+    for (std::size_t i = 0; i < L; ++i)
+      for (std::size_t d = 0; d < Dv; ++d) {
+        T sum = 0;
+        for (std::size_t j = 0; j < S; ++j) sum += weights(b, i, j) * v(b, j, d);
+        output(b, i, d) = sum;
+      }
   return {std::move(output), std::move(weights)};
 }
 

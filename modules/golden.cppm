@@ -35,6 +35,34 @@ struct CaseInfo {
 
 namespace golden_detail {
 
+// Whether a JSON value is exactly of V's kind: an integer in V's range for an integral V
+// (8.5 is not read as 8, nor 1e300 cast out of range), any number for double, true or
+// false for bool, a string for std::string.
+template <class V>
+bool holds(const nlohmann::json& value) {
+  if constexpr (std::is_same_v<V, bool>) {
+    return value.is_boolean();
+  } else if constexpr (std::is_integral_v<V>) {
+    if (value.is_number_unsigned())
+      return value.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<V>::max());
+    return value.is_number_integer() && value.get<std::int64_t>() >= std::numeric_limits<V>::min() &&
+           value.get<std::int64_t>() <= std::numeric_limits<V>::max();
+  } else if constexpr (std::is_floating_point_v<V>) {
+    return value.is_number();
+  } else {
+    return value.is_string();
+  }
+}
+
+template <class V>
+constexpr std::string_view kind_name() {
+  if constexpr (std::is_same_v<V, bool>) return "true or false";
+  else if constexpr (std::is_integral_v<V>) return "an integer";
+  else if constexpr (std::is_floating_point_v<V>) return "a number";
+  else return "a string";
+}
+
+// The field `section.key` (`key` at the top level when section is null), of V's kind.
 template <class V>
 V field(const nlohmann::json& j, const char* section, const char* key, const std::string& where) {
   const nlohmann::json* node = &j;
@@ -45,24 +73,23 @@ V field(const nlohmann::json& j, const char* section, const char* key, const std
   }
   if (!node->contains(key))
     throw Error(fmt::format("{}: case.json is missing '{}{}{}'", where, section ? section : "", section ? "." : "", key));
-  try {
-    return (*node)[key].template get<V>();
-  } catch (const nlohmann::json::exception&) {
-    throw Error(fmt::format("{}: case.json field '{}{}{}' has the wrong type: {}", where, section ? section : "",
-                            section ? "." : "", key, (*node)[key].dump()));
-  }
+  const nlohmann::json& value = (*node)[key];
+  if (!holds<V>(value))
+    throw Error(fmt::format("{}: case.json field '{}{}{}': expected {}, got {}", where, section ? section : "",
+                            section ? "." : "", key, kind_name<V>(), value.dump()));
+  return value.template get<V>();
 }
 
 }  // namespace golden_detail
 
-inline CaseInfo read_case_info(const std::filesystem::path& dir) {
+// Parses the text of a case.json; `dir` is the case folder it belongs to (for the
+// case's name and the messages). Throws mha::Error for anything malformed.
+inline CaseInfo parse_case_info(std::string_view json, const std::filesystem::path& dir) {
   using golden_detail::field;
   const std::string where = dir.string();
-  std::ifstream in(dir / "case.json");
-  if (!in) throw Error(fmt::format("{}: cannot open case.json", where));
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(json);
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: case.json is not valid JSON: {}", where, e.what()));
   }
@@ -72,7 +99,7 @@ inline CaseInfo read_case_info(const std::filesystem::path& dir) {
   c.name = dir.filename().string();
   const int format = field<int>(j, nullptr, "format", where);
   if (format != 1) throw Error(fmt::format("{}: unknown case format version {} (this reader knows version 1)", where, format));
-  c.description = j.value("description", "");
+  if (j.contains("description")) c.description = field<std::string>(j, nullptr, "description", where);
   c.dtype = field<std::string>(j, nullptr, "dtype", where);
   if (c.dtype != "float32" && c.dtype != "float64")
     throw Error(fmt::format("{}: dtype: expected \"float32\" or \"float64\", got \"{}\"", where, c.dtype));
@@ -91,12 +118,21 @@ inline CaseInfo read_case_info(const std::filesystem::path& dir) {
   c.training = field<bool>(j, "forward", "training", where);
   c.rtol = field<double>(j, "tolerance", "rtol", where);
   c.atol = field<double>(j, "tolerance", "atol", where);
+  if (!std::isfinite(c.rtol) || !std::isfinite(c.atol) || c.rtol < 0 || c.atol < 0)
+    throw Error(fmt::format("{}: tolerance: expected finite rtol >= 0 and atol >= 0, got rtol={} atol={}", where, c.rtol, c.atol));
   c.expect_error = field<bool>(j, nullptr, "expect_error", where);
   if (j.contains("inputs") && j["inputs"].is_object()) {
-    c.query_is_key = j["inputs"].value("query_is_key", false);
-    c.key_is_value = j["inputs"].value("key_is_value", false);
+    c.query_is_key = j["inputs"].contains("query_is_key") && field<bool>(j, "inputs", "query_is_key", where);
+    c.key_is_value = j["inputs"].contains("key_is_value") && field<bool>(j, "inputs", "key_is_value", where);
   }
   return c;
+}
+
+inline CaseInfo read_case_info(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "case.json", std::ios::binary);
+  if (!in) throw Error(fmt::format("{}: cannot open case.json", dir.string()));
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_case_info(json, dir);
 }
 
 // A whole case: its options, parameters, inputs and PyTorch's outputs.
@@ -258,7 +294,7 @@ CaseResult check_numeric_case(const Case<T>& c) {
         return result;
       }
     }
-    if (c.info.need_weights == false && out.attn_output_weights) {
+    if (!c.info.need_weights && out.attn_output_weights) {
       result.passed = false;
       result.line = fmt::format("FAIL {} ({}) returned attention weights with need_weights=false", c.info.name, variant);
       return result;

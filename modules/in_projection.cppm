@@ -66,6 +66,9 @@ template <class T>
 std::optional<xt::xtensor<T, 1>> bias_block(const std::optional<xt::xtensor<T, 1>>& packed,
                                             std::size_t block, std::size_t E) {
   if (!packed) return std::nullopt;
+  check(block < 3, "block", "expected 0 (q), 1 (k) or 2 (v), got {}", block);
+  check(packed->shape(0) == 3 * E, "in_proj_bias", "expected shape {}, got {}", shape_string({3 * E}),
+        shape_string(packed->shape()));
   return xt::xtensor<T, 1>(xt::view(*packed, xt::range(block * E, (block + 1) * E)));
 }
 
@@ -73,6 +76,9 @@ std::optional<xt::xtensor<T, 1>> bias_block(const std::optional<xt::xtensor<T, 1
 template <class T>
 xt::xtensor<T, 2> weight_block(const xt::xtensor<T, 2>& in_proj_weight, std::size_t block) {
   const std::size_t E = in_proj_weight.shape(1);
+  check(block < 3, "block", "expected 0 (W_q), 1 (W_k) or 2 (W_v), got {}", block);
+  check(in_proj_weight.shape(0) == 3 * E, "in_proj_weight", "expected shape {}, got {}", shape_string({3 * E, E}),
+        shape_string(in_proj_weight.shape()));
   return xt::view(in_proj_weight, xt::range(block * E, (block + 1) * E), xt::all());
 }
 
@@ -118,6 +124,16 @@ PackedProjection<T> pack(const SeparateProjections<T>& p) {
   return packed;
 }
 
+// Columns [begin, end) of the last dimension: (L, N, C) -> (L, N, end - begin). A copy
+// loop rather than an xt::view, which offsets a null data pointer when L or N is 0.
+template <class T>
+xt::xtensor<T, 3> column_block(const xt::xtensor<T, 3>& x, std::size_t begin, std::size_t end) {
+  const std::size_t rows = x.shape(0) * x.shape(1), C = x.shape(2), W = end - begin;
+  xt::xtensor<T, 3> block({x.shape(0), x.shape(1), W});
+  for (std::size_t r = 0; r < rows; ++r) std::copy_n(x.data() + r * C + begin, W, block.data() + r * W);
+  return block;
+}
+
 // How the inputs alias each other, the C++ counterpart of Python's `query is key` and
 // `key is value`: PyTorch runs one GEMM for self-attention, two for encoder-decoder
 // attention (key is value), three otherwise.
@@ -135,13 +151,14 @@ QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T,
   check(in_proj_weight.shape(0) == 3 * E && in_proj_weight.shape(1) == E, "in_proj_weight",
         "expected shape {}, got {}", shape_string({3 * E, E}),
         shape_string(in_proj_weight.shape()));
+  if (in_proj_bias)
+    check(in_proj_bias->shape(0) == 3 * E, "in_proj_bias", "expected shape {}, got {}", shape_string({3 * E}),
+          shape_string(in_proj_bias->shape()));
   if (aliasing == Aliasing::self_attention) {
     // One GEMM against all 3E rows: (L, N, E) x (E, 3E) -> (L, N, 3E), then the three
     // column blocks [q | k | v] of each row are taken apart.
     auto proj = linear(query, in_proj_weight, in_proj_bias);  // (L, N, 3E)
-    return {xt::view(proj, xt::all(), xt::all(), xt::range(0, E)),
-            xt::view(proj, xt::all(), xt::all(), xt::range(E, 2 * E)),
-            xt::view(proj, xt::all(), xt::all(), xt::range(2 * E, 3 * E))};
+    return {column_block(proj, 0, E), column_block(proj, E, 2 * E), column_block(proj, 2 * E, 3 * E)};
   }
   const auto w_q = weight_block(in_proj_weight, 0);  // (E, E)
   const auto b_q = bias_block(in_proj_bias, 0, E);   // (E)
@@ -151,8 +168,7 @@ QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T,
     std::optional<xt::xtensor<T, 1>> b_kv;
     if (in_proj_bias) b_kv = xt::view(*in_proj_bias, xt::range(E, 3 * E));
     auto kv = linear(key, w_kv, b_kv);  // (S, N, 2E)
-    return {linear(query, w_q, b_q), xt::view(kv, xt::all(), xt::all(), xt::range(0, E)),
-            xt::view(kv, xt::all(), xt::all(), xt::range(E, 2 * E))};
+    return {linear(query, w_q, b_q), column_block(kv, 0, E), column_block(kv, E, 2 * E)};
   }
   return {linear(query, w_q, b_q), linear(key, weight_block(in_proj_weight, 1), bias_block(in_proj_bias, 1, E)),
           linear(value, weight_block(in_proj_weight, 2), bias_block(in_proj_bias, 2, E))};

@@ -80,6 +80,13 @@ std::optional<xt::xtensor<T, 3>> merge_masks(const std::optional<xt::xtensor<T, 
                                              std::size_t num_heads, std::size_t L) {
   if (!key_padding_mask) return attn_mask;
   const std::size_t N = key_padding_mask->shape(0), S = key_padding_mask->shape(1);
+  check(num_heads > 0, "num_heads", "expected a positive number of heads, got {}", num_heads);
+  if (attn_mask) {
+    const auto& a = *attn_mask;
+    check((a.shape(0) == 1 || a.shape(0) == N * num_heads) && a.shape(1) == L && a.shape(2) == S, "attn_mask",
+          "expected shape {} or {} to merge with key_padding_mask {}, got {}", shape_string({1, L, S}),
+          shape_string({N * num_heads, L, S}), shape_string(key_padding_mask->shape()), shape_string(a.shape()));
+  }
   xt::xtensor<T, 3> merged({N * num_heads, L, S});
   for (std::size_t b = 0; b < N * num_heads; ++b) {
     const std::size_t n = b / num_heads;

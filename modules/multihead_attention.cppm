@@ -25,6 +25,10 @@ import :random;
 import :in_projection;
 import :masks;
 import :attention;
+import :detail;
+import :threads;
+import :fast_attention;
+import :flash_attention;
 
 export namespace mha {
 
@@ -73,6 +77,18 @@ xt::xtensor<T, 3> to_seq_first_batched(const xt::xarray<T>& x, bool batch_first)
   if (batch_first) return xt::xtensor<T, 3>(xt::transpose(x, {1, 0, 2}));  // (N, L, E) -> (L, N, E)
   return xt::xtensor<T, 3>(x);
 }
+
+// How forward() computes the attention. All give PyTorch's results; they differ in speed,
+// memory and how much of the computation a reader can follow:
+//   reference         one readable loop nest per step, every intermediate of PyTorch's
+//                     multi_head_attention_forward materialised (the tutorials' path);
+//   fast              BLAS GEMMs on strided views of the projection buffers, mask and
+//                     softmax in one pass, batch-heads on threads (:fast_attention);
+//   memory_efficient  tiles and an online softmax, the (N*H, L, S) weights never formed
+//                     (:flash_attention); only with need_weights=false, else mha::Error;
+//   automatic         memory_efficient when need_weights=false and a head's (L, S) scores
+//                     exceed 4M entries, fast otherwise. The default.
+enum class AttentionPath { automatic, reference, fast, memory_efficient };
 
 template <class T>
 class MultiheadAttention {
@@ -230,19 +246,57 @@ public:
     return in_projection(in.query, in.key, in.value, in.aliasing);
   }
 
+  // Which implementation forward() runs; every one gives PyTorch's results (see AttentionPath).
+  void set_attention_path(AttentionPath path) { attention_path_ = path; }
+  AttentionPath attention_path() const { return attention_path_; }
+
+  // The path forward() takes for these sizes: automatic resolved, memory_efficient
+  // refused when the weights are asked for (it never forms them).
+  AttentionPath resolved_attention_path(bool need_weights, std::size_t L, std::size_t S) const {
+    if (attention_path_ == AttentionPath::memory_efficient)
+      check(!need_weights, "need_weights",
+            "the memory_efficient attention path never forms the attention weights; expected need_weights=false "
+            "with it, got need_weights=true (choose AttentionPath::fast, reference or automatic for the weights)");
+    if (attention_path_ != AttentionPath::automatic) return attention_path_;
+    // One head's (L, S) scores above 4M entries (16 MiB in float) are worth not forming.
+    const bool large = static_cast<double>(L) * static_cast<double>(S) > static_cast<double>(1 << 22);
+    return !need_weights && large ? AttentionPath::memory_efficient : AttentionPath::fast;
+  }
+
   // MultiheadAttention.forward(query, key, value, ...). Pass the same object as query,
   // key and value for self-attention (Python's `query is key is value`).
   Output<T> forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
                     const ForwardOptions<T>& opts = {}) {
-    // 1) check shapes, and make everything sequence-first and batched
-    const auto in = inputs(query, key, value, opts);
-    const bool batched = in.batched, transpose = options_.batch_first && batched;
-    const std::size_t L = in.query.shape(0), N = in.query.shape(1), S = in.key.shape(0);
+    // 1) check shapes: batched or not, the sequence-first sizes, which inputs are the same object
+    const Geometry g = geometry(query, key, value, opts);
+    const std::size_t L = g.L, N = g.N, S = g.S;
 
     // 2) masks as float masks: bool True -> -inf (_canonical_mask), shapes checked
-    auto key_padding_mask = prepare_key_padding_mask(opts.key_padding_mask, batched, N, S);  // (N, S)
-    const bool causal_hint = opts.is_causal && !key_padding_mask && !opts.need_weights;
-    auto attn_mask = causal_hint ? std::nullopt : prepare_attn_mask(opts.attn_mask, batched, L, N, S);  // (1 or N*H, L, S)
+    Masks masks;
+    masks.key_padding_mask = prepare_key_padding_mask(opts.key_padding_mask, g.batched, N, S);  // (N, S)
+    masks.causal_hint = opts.is_causal && !masks.key_padding_mask && !opts.need_weights;
+    if (!masks.causal_hint) masks.attn_mask = prepare_attn_mask(opts.attn_mask, g.batched, L, N, S);  // (1 or N*H, L, S)
+
+    // 3)-10) the attention itself, by the path chosen
+    const std::size_t S_total = S + options_.add_bias_kv + options_.add_zero_attn;  // S'
+    const AttentionPath path = resolved_attention_path(opts.need_weights, L, S_total);
+    if (path == AttentionPath::reference) return reference_forward(inputs(query, key, value, opts), std::move(masks), opts);
+    return fast_forward(query, key, value, g, std::move(masks), opts, path);
+  }
+
+private:
+  // The two masks after step 2 of forward(), before bias_k/bias_v and the zero key pad them.
+  struct Masks {
+    std::optional<xt::xtensor<T, 3>> attn_mask;         // (1 or N*H, L, S)
+    std::optional<xt::xtensor<T, 2>> key_padding_mask;  // (N, S)
+    bool causal_hint = false;  // is_causal taken at its word: the causal mask replaces attn_mask
+  };
+
+  // The readable path: every intermediate of PyTorch's multi_head_attention_forward exists.
+  Output<T> reference_forward(const auto& in, Masks masks, const ForwardOptions<T>& opts) {
+    const std::size_t L = in.query.shape(0), N = in.query.shape(1);
+    auto& attn_mask = masks.attn_mask;
+    auto& key_padding_mask = masks.key_padding_mask;
 
     // 3) in-projection: the packed (3E, E) weight, or three separate ones
     auto [q, k, v] = in_projection(in.query, in.key, in.value, in.aliasing);  // (L, N, E), (S, N, E), (S, N, E)
@@ -266,7 +320,7 @@ public:
 
     // 7) one additive mask: attn_mask + key_padding_mask, or the causal mask of the hint
     std::optional<xt::xtensor<T, 3>> mask;
-    if (causal_hint) mask = xt::xtensor<T, 3>(xt::view(canonical_mask<T>(xt::xarray<bool>(causal_mask(L, S_total))), xt::newaxis(), xt::all(), xt::all()));
+    if (masks.causal_hint) mask = causal_attn_mask(L, S_total);  // (1, L, S')
     else mask = merge_masks(attn_mask, key_padding_mask, num_heads(), L);  // (1 or N*H, L, S')
 
     // 8) attention per head: softmax(q k^T / sqrt(D) + mask) v, dropout in training only
@@ -278,13 +332,238 @@ public:
 
     // 10) back to the caller's layout; the weights per head or averaged over heads
     Output<T> out;
-    out.attn_output = batched ? (transpose ? xt::xarray<T>(xt::transpose(attn_output, {1, 0, 2})) : xt::xarray<T>(attn_output))
-                              : xt::xarray<T>(xt::view(attn_output, xt::all(), 0, xt::all()));  // (L, E)
-    if (opts.need_weights) out.attn_output_weights = output_weights(attention.weights, N, L, S_total, opts.average_attn_weights, batched);
+    out.attn_output = caller_layout(attn_output, in.batched);
+    if (opts.need_weights)
+      out.attn_output_weights = output_weights(attention.weights, N, L, S_total, opts.average_attn_weights, in.batched);
     return out;
   }
 
-private:
+  // The sizes forward() works with, checked as multi_head_attention_forward checks them.
+  struct Geometry {
+    bool batched = true;
+    Aliasing aliasing = Aliasing::none;
+    std::size_t L = 0, S = 0, N = 0;
+  };
+
+  // (len, N, width) of an input as seen sequence-first and batched, without moving it.
+  struct SeqShape {
+    std::array<std::size_t, 3> dims;
+    std::size_t shape(std::size_t i) const { return dims[i]; }
+  };
+  SeqShape seq_shape(const xt::xarray<T>& x, bool batched) const {
+    if (!batched) return {{x.shape(0), 1, x.shape(1)}};                        // (L, E) -> (L, 1, E)
+    if (options_.batch_first) return {{x.shape(1), x.shape(0), x.shape(2)}};  // (N, L, E) -> (L, N, E)
+    return {{x.shape(0), x.shape(1), x.shape(2)}};
+  }
+
+  Geometry geometry(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                    const ForwardOptions<T>& opts) const {
+    Geometry g;
+    g.batched = shape_check(query, key, value, opts);
+    g.aliasing = aliasing_of(query, key, value, g.batched);
+    const SeqShape q = seq_shape(query, g.batched), k = seq_shape(key, g.batched), v = seq_shape(value, g.batched);
+    check_inputs(q, k, v);
+    g.L = q.shape(0), g.N = q.shape(1), g.S = k.shape(0);
+    return g;
+  }
+
+  // The fast and memory-efficient paths: the same steps on raw buffers. The inputs are
+  // read where they are (sequence-first, batch_first or unbatched: every layout is a
+  // contiguous (rows, E) matrix), q, k and v stay in their projection buffers and a head
+  // is a strided view into them, the heads land in the caller's layout and out_proj
+  // writes straight into the returned tensor. Buffers are kept between calls.
+  Output<T> fast_forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                         const Geometry& g, Masks masks, const ForwardOptions<T>& opts, AttentionPath path) {
+    const std::size_t L = g.L, N = g.N, S = g.S;
+    const std::size_t E = embed_dim(), H = num_heads(), D = head_dim(), B = N * H;
+    // Below ~20 MFLOP a forward is over before a second OpenBLAS thread has woken up.
+    const double flops = 8.0 * double(L * N) * double(E * E) + 4.0 * double(N * L * S) * double(E);
+    const detail::BlasThreads blas_threads(flops < 2e7 ? 1 : num_threads());
+    // Rows of every input and buffer: (i, n) sequence-first, (n, i) batch_first.
+    const bool batch_major = g.batched && options_.batch_first;
+
+    // 3) in-projection: one GEMM (self-attention, packed), two (key is value) or three
+    auto& ws = workspace_.buffers;
+    ws.clear_slots();
+    Projection p = project(query, key, value, g, batch_major);  // q (L, N, E), k and v (S, N, E) as views
+    scale_query(p, L, N);  // q / sqrt(D), as PyTorch scales q before q . k^T
+
+    // 4), 6) bias_k/bias_v and the zero key: k and v copied once into (S', N, E), masks padded
+    if (options_.add_bias_kv || options_.add_zero_attn) extend_keys(p, S, N, masks);
+    const std::size_t S_total = S + options_.add_bias_kv + options_.add_zero_attn;  // S'
+
+    // 7) the masks stay separate; the kernels add attn_mask(b, i, j) + key_padding_mask(n, j)
+    if (masks.causal_hint) masks.attn_mask = causal_attn_mask(L, S_total);  // (1, L, S')
+    detail::AttentionProblem<T> pb;
+    pb.q = p.q, pb.k = p.k, pb.v = p.v;
+    if (masks.attn_mask)
+      pb.masks.attn_mask = masks.attn_mask->data(), pb.masks.attn_mask_per_head = masks.attn_mask->shape(0) > 1;
+    if (masks.key_padding_mask) pb.masks.key_padding_mask = masks.key_padding_mask->data();
+    pb.masks.L = L, pb.masks.S = S_total;
+    pb.N = N, pb.H = H, pb.L = L, pb.S = S_total, pb.D = D;
+    pb.dropout_p = training_ ? options_.dropout : 0.0;
+    pb.generator = &dropout_generator_;
+    pb.scratch = &workspace_.scratch;
+
+    // 8) attention per head, into the heads' columns of one buffer in the query's layout
+    T* heads = ws.get(L * N * E);  // (L, N, E), or (N, L, E) batch_first
+    pb.out = {heads, batch_major ? E : N * E, batch_major ? L * E : E};
+    Output<T> out;
+    if (path == AttentionPath::memory_efficient) {
+      detail::flash_attention(pb);
+    } else if (!opts.need_weights) {
+      detail::fast_attention(pb, static_cast<T*>(nullptr));
+    } else {
+      std::vector<std::size_t> shape{N, H, L, S_total};  // (N, H, L, S'): the (N*H, L, S') weights in order
+      if (!g.batched) shape.erase(shape.begin());
+      if (opts.average_attn_weights) {
+        T* weights = ws.get(B * L * S_total);  // (N*H, L, S')
+        detail::fast_attention(pb, weights);
+        out.attn_output_weights = average_heads(weights, N, L, S_total, g.batched);
+      } else {
+        out.attn_output_weights = xt::xarray<T>::from_shape(shape);
+        detail::fast_attention(pb, out.attn_output_weights->data());
+      }
+    }
+
+    // 9) out_proj: one GEMM, (L*N, E) x (E, E) -> (L*N, E), into the returned tensor, whose
+    //    layout is the query's: (L, N, E), (N, L, E) batch_first or (L, E) unbatched
+    out.attn_output = xt::xarray<T>::from_shape(query.shape());
+    detail::linear_into(heads, L * N, E, out_proj_weight_.data(), E, E,
+                        out_proj_bias_ ? out_proj_bias_->data() : nullptr, out.attn_output.data());
+    return out;
+  }
+
+  // Buffers of the fast paths, kept from one forward() to the next so that their pages
+  // are not returned and faulted in again on every call. A copied module starts empty.
+  struct Buffers {
+    std::vector<std::vector<T>> slots;
+    std::size_t used = 0;
+    void clear_slots() { used = 0; }
+    T* get(std::size_t size) {  // the next slot, at least `size` long
+      if (slots.size() <= used) slots.emplace_back();
+      auto& slot = slots[used++];
+      if (slot.size() < size) slot.resize(size);
+      return slot.data();
+    }
+  };
+  struct Workspace {
+    Buffers buffers;
+    std::vector<std::vector<T>> scratch;  // per worker: (L, S') scores, or a (Tq, Tk) tile
+    Workspace() = default;
+    Workspace(const Workspace&) {}
+    Workspace& operator=(const Workspace&) { return *this; }
+  };
+
+  // q, k, v after the in-projection, as strided views into the buffers that hold them.
+  struct Projection {
+    detail::StridedHeads<T> q, k, v;
+    T* q_buffer = nullptr;  // where q's rows start, with q's strides
+  };
+
+  // The in-projection on the inputs as they are, with the fewest GEMMs: self-attention
+  // with the packed weight is one (L*N, E) x (E, 3E) GEMM; key is value two; else three.
+  // An input's rows are (i, n) or (n, i): row_stride and batch_stride say which.
+  Projection project(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                     const Geometry& g, bool batch_major) {
+    const std::size_t E = embed_dim(), N = g.N;
+    Projection p;
+    const T* bias = in_proj_bias_ ? in_proj_bias_->data() : nullptr;
+    // y (len*N, width) = x W^T + b, for `width` rows of a weight starting at row `first`
+    auto project_into = [&](const xt::xarray<T>& x, std::size_t len, const T* weight, std::size_t ldw,
+                            std::size_t first, std::size_t width) -> detail::StridedHeads<T> {
+      const std::size_t rows = len * N, in = x.shape(x.dimension() - 1);
+      T* y = workspace_.buffers.get(rows * width);  // (len, N, width) or (N, len, width)
+      detail::linear_into(x.data(), rows, in, weight, ldw, width, bias ? bias + first : nullptr, y);
+      return batch_major ? detail::StridedHeads<T>{y, width, len * width} : detail::StridedHeads<T>{y, N * width, width};
+    };
+    auto shifted = [](detail::StridedHeads<T> h, std::size_t offset) { return h.data += offset, h; };
+    if (packed()) {
+      const T* w = in_proj_weight_.data();  // (3E, E): rows [0, E) W_q, [E, 2E) W_k, [2E, 3E) W_v
+      if (g.aliasing == Aliasing::self_attention) {
+        p.q = project_into(query, g.L, w, E, 0, 3 * E);  // (L, N, 3E)
+        p.k = shifted(p.q, E), p.v = shifted(p.q, 2 * E);
+      } else if (g.aliasing == Aliasing::key_is_value) {
+        p.q = project_into(query, g.L, w, E, 0, E);            // (L, N, E)
+        p.k = project_into(key, g.S, w + E * E, E, E, 2 * E);  // (S, N, 2E)
+        p.v = shifted(p.k, E);
+      } else {
+        p.q = project_into(query, g.L, w, E, 0, E);                // (L, N, E)
+        p.k = project_into(key, g.S, w + E * E, E, E, E);          // (S, N, E)
+        p.v = project_into(value, g.S, w + 2 * E * E, E, 2 * E, E);
+      }
+    } else {
+      p.q = project_into(query, g.L, separate_.w_q.data(), E, 0, E);           // (L, N, E)
+      p.k = project_into(key, g.S, separate_.w_k.data(), kdim(), E, E);        // (S, N, E)
+      p.v = project_into(value, g.S, separate_.w_v.data(), vdim(), 2 * E, E);  // (S, N, E)
+    }
+    p.q_buffer = const_cast<T*>(p.q.data);  // q's buffer is ours (workspace), written in place
+    return p;
+  }
+
+  // q *= 1/sqrt(D) in place, over the E columns of q for every position and batch entry.
+  void scale_query(Projection& p, std::size_t L, std::size_t N) {
+    const T scale = static_cast<T>(std::sqrt(1.0 / static_cast<double>(head_dim())));
+    const std::size_t E = embed_dim();
+    for (std::size_t i = 0; i < L; ++i)
+      for (std::size_t n = 0; n < N; ++n) {
+        T* row = p.q_buffer + i * p.q.row_stride + n * p.q.batch_stride;
+        for (std::size_t e = 0; e < E; ++e) row[e] *= scale;
+      }
+  }
+
+  // k and v with bias_k/bias_v and then the zero key appended: (S, N, E) -> (S', N, E),
+  // one copy of each instead of PyTorch's cat and pad; the masks get a 0 column per key.
+  void extend_keys(Projection& p, std::size_t S, std::size_t N, Masks& masks) {
+    const std::size_t E = embed_dim(), S_total = S + options_.add_bias_kv + options_.add_zero_attn;
+    auto extend = [&](const detail::StridedHeads<T>& x, const std::optional<xt::xtensor<T, 3>>& bias) {
+      T* y = workspace_.buffers.get(S_total * N * E);  // (S', N, E)
+      std::fill(y, y + S_total * N * E, T(0));         // the zero key, and what is copied over
+      for (std::size_t j = 0; j < S; ++j)
+        for (std::size_t n = 0; n < N; ++n) {
+          const T* from = x.data + j * x.row_stride + n * x.batch_stride;
+          std::copy(from, from + E, y + (j * N + n) * E);
+        }
+      if (options_.add_bias_kv)
+        for (std::size_t n = 0; n < N; ++n) std::copy(bias->data(), bias->data() + E, y + (S * N + n) * E);
+      return detail::StridedHeads<T>{y, N * E, E};
+    };
+    p.k = extend(p.k, bias_k_);
+    p.v = extend(p.v, bias_v_);
+    for (int extra = 0; extra < options_.add_bias_kv + options_.add_zero_attn; ++extra) {
+      if (masks.attn_mask) masks.attn_mask = pad_last(*masks.attn_mask);
+      if (masks.key_padding_mask) masks.key_padding_mask = pad_last(*masks.key_padding_mask);
+    }
+  }
+
+  // (N*H, L, S) weights averaged over heads: (N, L, S), or (L, S) unbatched. Sum, then
+  // divide by H, as attn_output_weights.mean(dim=1).
+  xt::xarray<T> average_heads(const T* w, std::size_t N, std::size_t L, std::size_t S, bool batched) const {
+    const std::size_t H = num_heads(), LS = L * S;
+    xt::xarray<T> out = batched ? xt::xarray<T>(xt::zeros<T>({N, L, S})) : xt::xarray<T>(xt::zeros<T>({L, S}));
+    for (std::size_t n = 0; n < N; ++n) {
+      T* sum = out.data() + n * LS;
+      for (std::size_t h = 0; h < H; ++h) {
+        const T* head = w + (n * H + h) * LS;
+        for (std::size_t x = 0; x < LS; ++x) sum[x] += head[x];
+      }
+      for (std::size_t x = 0; x < LS; ++x) sum[x] /= static_cast<T>(H);
+    }
+    return out;
+  }
+
+  // The causal mask of the is_causal hint as an additive (1, L, S') mask.
+  static xt::xtensor<T, 3> causal_attn_mask(std::size_t L, std::size_t S) {
+    return xt::xtensor<T, 3>(xt::view(canonical_mask<T>(xt::xarray<bool>(causal_mask(L, S))), xt::newaxis(), xt::all(), xt::all()));
+  }
+
+  // (L, N, E) -> the caller's layout: (N, L, E) batch_first, (L, E) unbatched.
+  xt::xarray<T> caller_layout(const xt::xtensor<T, 3>& x, bool batched) const {
+    if (!batched) return xt::xarray<T>(xt::view(x, xt::all(), 0, xt::all()));  // (L, E)
+    if (options_.batch_first) return xt::xarray<T>(xt::transpose(x, {1, 0, 2}));  // (N, L, E)
+    return xt::xarray<T>(x);
+  }
+
   // The inputs as multi_head_attention_forward works on them.
   struct Inputs {
     xt::xtensor<T, 3> query;  // (L, N, E)
@@ -298,16 +577,20 @@ private:
                 const ForwardOptions<T>& opts) const {
     const bool batched = shape_check(query, key, value, opts);
     const bool transpose = options_.batch_first && batched;
-    // Unbatched inputs lose their identity in PyTorch (each is unsqueezed on its own), so
-    // only batched inputs take the one-GEMM or two-GEMM path.
-    const Aliasing aliasing = !batched                               ? Aliasing::none
-                              : &query == &key && &key == &value     ? Aliasing::self_attention
-                              : &key == &value                       ? Aliasing::key_is_value
-                                                                     : Aliasing::none;
+    const Aliasing aliasing = aliasing_of(query, key, value, batched);
     Inputs in{to_seq_first_batched(query, transpose), to_seq_first_batched(key, transpose),
               to_seq_first_batched(value, transpose), batched, aliasing};
     check_inputs(in.query, in.key, in.value);
     return in;
+  }
+
+  // Unbatched inputs lose their identity in PyTorch (each is unsqueezed on its own), so
+  // only batched inputs take the one-GEMM or two-GEMM path.
+  static Aliasing aliasing_of(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                              bool batched) {
+    if (!batched) return Aliasing::none;
+    if (&query == &key && &key == &value) return Aliasing::self_attention;
+    return &key == &value ? Aliasing::key_is_value : Aliasing::none;
   }
 
   void validate_options() const {
@@ -406,7 +689,8 @@ private:
   }
 
   // The checks of multi_head_attention_forward on the sequence-first inputs.
-  void check_inputs(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k, const xt::xtensor<T, 3>& v) const {
+  template <class Shaped>
+  void check_inputs(const Shaped& q, const Shaped& k, const Shaped& v) const {
     check(q.shape(2) == embed_dim(), "query", "was expecting embedding dimension of {}, but got {}", embed_dim(), q.shape(2));
     check(k.shape(1) == q.shape(1), "key", "expected batch size {} (the query's), but got {}", q.shape(1), k.shape(1));
     check(k.shape(0) == v.shape(0) && k.shape(1) == v.shape(1), "value",
@@ -470,6 +754,8 @@ private:
 
   Options options_;
   bool training_ = true;
+  AttentionPath attention_path_ = AttentionPath::automatic;
+  Workspace workspace_;
   Generator dropout_generator_;
   xt::xtensor<T, 2> in_proj_weight_;          // (3E, E) packed
   SeparateProjections<T> separate_;            // W_q (E, E), W_k (E, kdim), W_v (E, vdim); biases unused

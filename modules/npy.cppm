@@ -75,31 +75,34 @@ inline std::vector<std::size_t> parse_shape(std::string_view text, const std::st
   // "(2, 3)", "(5,)" or "()"
   if (text.size() < 2 || text.front() != '(' || text.back() != ')')
     throw Error(fmt::format("{}: npy shape '{}' is not a tuple", where, text));
+  // Integers separated by commas, as Python writes a tuple: "(2 3)" and "(2,,3)" are not.
   std::vector<std::size_t> shape;
+  const std::size_t end = text.size() - 1;  // the ')'
   std::size_t i = 1;
-  while (i + 1 < text.size()) {
-    while (i + 1 < text.size() && (text[i] == ' ' || text[i] == ',')) ++i;
-    if (i + 1 >= text.size()) break;
+  const auto skip_spaces = [&] { while (i < end && text[i] == ' ') ++i; };
+  skip_spaces();
+  while (i < end) {
     std::size_t value = 0, digits = 0;
-    for (; i + 1 < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, ++digits) {
+    for (; i < end && text[i] >= '0' && text[i] <= '9'; ++i, ++digits) {
       if (value > (std::numeric_limits<std::size_t>::max() - 9) / 10)
         throw Error(fmt::format("{}: npy shape '{}' is too large", where, text));
       value = value * 10 + static_cast<std::size_t>(text[i] - '0');
     }
     if (digits == 0) throw Error(fmt::format("{}: npy shape '{}' is not a tuple of integers", where, text));
     shape.push_back(value);
+    skip_spaces();
+    if (i < end && text[i++] != ',')
+      throw Error(fmt::format("{}: npy shape '{}' is not a tuple of integers", where, text));
+    skip_spaces();
   }
   return shape;
 }
 
 }  // namespace npy_detail
 
-// Reads a whole .npy file. Throws mha::Error for anything malformed.
-inline NpyArray read_npy(const std::filesystem::path& path) {
-  const std::string where = path.string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open file", where));
-  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// Parses the bytes of a whole .npy file; `where` names it in messages. Throws mha::Error
+// for anything malformed.
+inline NpyArray parse_npy(std::span<const char> file, const std::string& where) {
   // 1) magic "\x93NUMPY", version, header length (2 bytes in 1.0, 4 bytes in 2.0 and 3.0)
   if (file.size() < 10 || std::memcmp(file.data(), "\x93NUMPY", 6) != 0)
     throw Error(fmt::format("{}: not a .npy file (bad magic string)", where));
@@ -123,20 +126,34 @@ inline NpyArray read_npy(const std::filesystem::path& path) {
     throw Error(fmt::format("{}: Fortran-order arrays are not supported (expected fortran_order False)", where));
   array.shape = npy_detail::parse_shape(npy_detail::header_value(header, "shape", where), where);
 
-  // 3) the data: exactly size * itemsize bytes, computed without overflow
+  // 3) the data: exactly size * itemsize bytes, computed without overflow. The product of
+  // the non-zero dimensions must fit in a signed size even when another dimension is 0:
+  // xtensor computes the strides from it.
   const std::size_t item = npy_detail::itemsize(array.descr, where);
-  std::size_t expected = item;
+  const auto limit = static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max());
+  std::size_t extent = item;
   for (auto d : array.shape) {
-    if (d != 0 && expected > std::numeric_limits<std::size_t>::max() / d)
+    if (d != 0 && extent > limit / d)
       throw Error(fmt::format("{}: npy shape {} is too large", where, shape_string(array.shape)));
-    expected *= d;
+    if (d != 0) extent *= d;
   }
+  const bool empty = std::find(array.shape.begin(), array.shape.end(), std::size_t{0}) != array.shape.end();
+  const std::size_t expected = empty ? 0 : extent;
   const std::size_t actual = file.size() - data_start;
   if (actual != expected)
     throw Error(fmt::format("{}: expected {} data bytes for shape {} of {}, got {}", where, expected,
                             shape_string(array.shape), dtype_name(array.descr), actual));
   array.bytes.assign(file.begin() + static_cast<std::ptrdiff_t>(data_start), file.end());
   return array;
+}
+
+// Reads a whole .npy file. Throws mha::Error for anything malformed.
+inline NpyArray read_npy(const std::filesystem::path& path) {
+  const std::string where = path.string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("{}: cannot open file", where));
+  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_npy(file, where);
 }
 
 // The array as an xt::xarray<T>; its dtype must be exactly T's (nothing is converted).

@@ -1,0 +1,175 @@
+// mha-bench: the forward pass of mha::MultiheadAttention<float> timed with Google Benchmark,
+// next to the machine's OpenBLAS sgemm peak, measured in the same run.
+//
+//   mha-bench [--shapes=all|tiny] [--threads=N] [--path=automatic|reference|fast|memory_efficient]
+//             [Google Benchmark flags: --benchmark_repetitions, --benchmark_format=json, ...]
+//   mha-bench --memory [--threads=N]
+//
+// Each benchmark is self-attention (query is key is value), sequence-first, eval mode,
+// float32, at the issue's shapes (L = S, N, E, H) with need_weights true and false.
+// Its gflops counter counts the multiply-adds of multi-head attention:
+//   in-projection 2*L*N*E*3E + q.k^T 2*N*L*S*E + P.v 2*N*L*S*E + out_proj 2*L*N*E*E
+//   = 8*L*N*E^2 + 4*N*L*S*E.
+// --memory runs one forward at L = S = 8192, N = 1, E = 512, H = 8 without weights and
+// prints the process's peak resident set size (getrusage). bench/compare runs both, and
+// PyTorch, and prints the table.
+//
+// Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
+#include "third_party.hpp"
+
+#include <benchmark/benchmark.h>
+#include <chrono>
+#include <sys/resource.h>
+
+import mha;
+
+namespace {
+
+struct Shape {
+  std::size_t L, N, E, H;
+};
+
+// The issue's shapes, and one tiny shape for the CTest smoke test.
+const std::vector<Shape> issue_shapes = {{16, 2, 64, 4}, {128, 8, 512, 8}, {512, 4, 768, 12}, {1024, 1, 1024, 16}};
+const std::vector<Shape> tiny_shapes = {{4, 2, 8, 2}};
+
+double mha_flops(const Shape& s) {
+  const double L = static_cast<double>(s.L), N = static_cast<double>(s.N), E = static_cast<double>(s.E);
+  return 8.0 * L * N * E * E + 4.0 * N * L * L * E;
+}
+
+xt::xarray<float> random_input(std::size_t L, std::size_t N, std::size_t E, std::uint64_t seed) {
+  std::mt19937_64 engine(seed);
+  std::normal_distribution<float> normal;
+  xt::xarray<float> x = xt::xarray<float>::from_shape({L, N, E});  // (L, N, E)
+  for (auto& v : x) v = normal(engine);
+  return x;
+}
+
+mha::AttentionPath path_from_name(const std::string& name) {
+  if (name == "automatic") return mha::AttentionPath::automatic;
+  if (name == "reference") return mha::AttentionPath::reference;
+  if (name == "fast") return mha::AttentionPath::fast;
+  if (name == "memory_efficient") return mha::AttentionPath::memory_efficient;
+  throw mha::Error(fmt::format("--path: expected automatic, reference, fast or memory_efficient, got '{}'", name));
+}
+
+void bench_forward(benchmark::State& state, Shape s, bool need_weights, mha::AttentionPath path) {
+  mha::Options options;
+  options.embed_dim = static_cast<std::int64_t>(s.E), options.num_heads = static_cast<std::int64_t>(s.H);
+  mha::MultiheadAttention<float> module(options, /*seed=*/1);
+  module.eval();
+  module.set_attention_path(path);
+  const auto x = random_input(s.L, s.N, s.E, 2);  // (L, N, E)
+  mha::ForwardOptions<float> opts;
+  opts.need_weights = need_weights;
+  for (auto _ : state) {
+    auto out = module.forward(x, x, x, opts);  // self-attention: the same object three times
+    benchmark::DoNotOptimize(out.attn_output.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["gflops"] = benchmark::Counter(mha_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = mha::num_threads();
+}
+
+// C (n, n) = A (n, n) B (n, n) in float through OpenBLAS: the machine's sgemm peak.
+void bench_sgemm(benchmark::State& state, std::size_t n) {
+  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n, 0.0f);
+  using index = xt::blas_index_t;
+  const auto m = static_cast<index>(n);
+  for (auto _ : state) {
+    cxxblas::gemm<index>(cxxblas::RowMajor, cxxblas::NoTrans, cxxblas::NoTrans, m, m, m, 1.0f, a.data(), m,
+                         b.data(), m, 0.0f, c.data(), m);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  state.counters["gflops"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = mha::num_threads();
+}
+
+// One forward without weights at L = S = 8192 in this process, then its peak RSS.
+int run_memory() {
+  const Shape s{8192, 1, 512, 8};
+  mha::Options options;
+  options.embed_dim = static_cast<std::int64_t>(s.E), options.num_heads = static_cast<std::int64_t>(s.H);
+  mha::MultiheadAttention<float> module(options, /*seed=*/1);
+  module.eval();
+  const auto x = random_input(s.L, s.N, s.E, 2);  // (L, N, E)
+  mha::ForwardOptions<float> opts;
+  opts.need_weights = false;
+  const auto start = std::chrono::steady_clock::now();
+  const auto out = module.forward(x, x, x, opts);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double peak_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+  // N*H*L*S float32 weights, the (N*H, L, S) matrix the other paths form.
+  const double matrix_mib = static_cast<double>(s.N * s.H * s.L * s.L) * sizeof(float) / (1024.0 * 1024.0);
+  fmt::print("memory L=S={} N={} E={} H={} need_weights=false: peak RSS {:.0f} MiB (a materialised attention "
+             "matrix needs {:.0f} MiB)\n",
+             s.L, s.N, s.E, s.H, peak_mib, matrix_mib);
+  fmt::print("memory forward took {:.2f} s with {} threads, path {}; output finite: {}\n", seconds, mha::num_threads(),
+             module.resolved_attention_path(false, s.L, s.L) == mha::AttentionPath::memory_efficient ? "memory_efficient"
+                                                                                                     : "other",
+             static_cast<bool>(xt::all(xt::isfinite(out.attn_output))));
+  return 0;
+}
+
+// Takes --shapes=, --threads=, --path= and --memory out of argv; the rest is Google Benchmark's.
+struct Arguments {
+  std::string shapes = "all";
+  int threads = 0;  // 0: the default (OpenBLAS's choice)
+  std::string path = "automatic";
+  bool memory = false;
+};
+
+Arguments take_arguments(int& argc, char** argv) {
+  Arguments args;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    auto value = [&](std::string_view flag) { return std::string(a.substr(flag.size())); };
+    if (a.starts_with("--shapes=")) args.shapes = value("--shapes=");
+    else if (a.starts_with("--threads=")) args.threads = std::stoi(value("--threads="));
+    else if (a.starts_with("--path=")) args.path = value("--path=");
+    else if (a == "--memory") args.memory = true;
+    else argv[kept++] = argv[i];
+  }
+  argc = kept;
+  if (args.shapes != "all" && args.shapes != "tiny")
+    throw mha::Error(fmt::format("--shapes: expected all or tiny, got '{}'", args.shapes));
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Arguments args = take_arguments(argc, argv);
+    if (args.threads != 0) mha::set_num_threads(args.threads);
+    if (args.memory) return run_memory();
+
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    const bool tiny = args.shapes == "tiny";
+    const mha::AttentionPath path = path_from_name(args.path);
+    for (const auto& s : tiny ? tiny_shapes : issue_shapes)
+      for (bool need_weights : {true, false})
+        benchmark::RegisterBenchmark(fmt::format("mha/L={}/N={}/E={}/H={}/need_weights={}", s.L, s.N, s.E, s.H,
+                                                 need_weights).c_str(),
+                                     bench_forward, s, need_weights, path)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+    const std::size_t n = tiny ? 64 : 2048;
+    benchmark::RegisterBenchmark(fmt::format("sgemm_peak/n={}", n).c_str(), bench_sgemm, n)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "mha-bench: {}\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,266 @@
+// mha:fast_attention — the attention of every batch-head as two GEMMs and one softmax pass.
+//
+// The same mathematics as :attention (scaled_dot_product_attention), arranged for speed:
+//   - q, k and v stay where the in-projection put them, in (L, N, E) or (L, N, 3E)
+//     buffers; a head is a strided view into them (leading dimension N*E or N*3E), so
+//     nothing is copied per head;
+//   - scores = q_h . k_h^T and output = P . v_h are GEMMs on those views (OpenBLAS);
+//   - the mask add, the row maximum, exp and the normalisation are one pass per row,
+//     the mask read from attn_mask and key_padding_mask as given, never merged into a
+//     (N*H, L, S) tensor;
+//   - batch-heads run on the library's threads (:threads).
+// It mirrors the math branch of torch/nn/functional.py (multi_head_attention_forward)
+// and is not a new algorithm; :flash_attention is the one that never forms P.
+// Internal: forward() picks it through AttentionPath::fast.
+//
+// Legend: L = target length, S = source length (with bias_k and the zero key, if any),
+// N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, b = n*H + h.
+module;
+#include "third_party.hpp"
+
+module mha:fast_attention;
+
+import :error;
+import :random;
+import :detail;
+import :threads;
+
+namespace mha::detail {
+
+// A sequence-first tensor seen head by head: position i of batch n, head h starts at
+// data + i*row_stride + n*batch_stride + h*D, and a head's D values are contiguous.
+template <class T>
+struct StridedHeads {
+  const T* data = nullptr;
+  std::size_t row_stride = 0;    // N*E in (L, N, E), N*3E in (L, N, 3E)
+  std::size_t batch_stride = 0;  // E or 3E
+  const T* head(std::size_t n, std::size_t h, std::size_t D) const { return data + n * batch_stride + h * D; }
+};
+
+// Where the heads' outputs go: like StridedHeads, writable.
+template <class T>
+struct OutputHeads {
+  T* data = nullptr;
+  std::size_t row_stride = 0, batch_stride = 0;
+  T* head(std::size_t n, std::size_t h, std::size_t D) const { return data + n * batch_stride + h * D; }
+};
+
+// The two masks as the user gave them (after bool -> float), added on the fly:
+// mask(b, i, j) = attn_mask(b or 0, i, j) + key_padding_mask(n, j), PyTorch's merge order.
+template <class T>
+struct AdditiveMasks {
+  const T* attn_mask = nullptr;     // (1 or B, L, S), or none
+  bool attn_mask_per_head = false;  // true for (B, L, S)
+  const T* key_padding_mask = nullptr;  // (N, S), or none
+  std::size_t L = 0, S = 0;
+  const T* attn_row(std::size_t b, std::size_t i) const {
+    return attn_mask ? attn_mask + ((attn_mask_per_head ? b : 0) * L + i) * S : nullptr;
+  }
+  const T* padding_row(std::size_t n) const { return key_padding_mask ? key_padding_mask + n * S : nullptr; }
+};
+
+// What one attention call works on.
+template <class T>
+struct AttentionProblem {
+  StridedHeads<T> q, k, v;  // q (L, N, E) already scaled by 1/sqrt(D); k, v (S, N, E)
+  AdditiveMasks<T> masks;
+  std::size_t N = 0, H = 0, L = 0, S = 0, D = 0;
+  OutputHeads<T> out;  // (L, N, E) or (N, L, E): head h of batch n at columns [h*D, (h+1)*D)
+  double dropout_p = 0;
+  Generator* generator = nullptr;
+  std::vector<std::vector<T>>* scratch = nullptr;  // one buffer per worker, kept between calls
+};
+
+// Scratch buffer `slot` of at least `size` values: the caller's, or a local one.
+template <class T>
+std::vector<T>& scratch_buffer(const AttentionProblem<T>& pb, std::vector<T>& local, std::size_t slot, std::size_t size) {
+  std::vector<T>& buffer = pb.scratch ? (*pb.scratch)[slot] : local;
+  if (buffer.size() < size) buffer.resize(size);
+  return buffer;
+}
+
+// y (rows, out) = x (rows, in) W^T + b, W (out, in) with leading dimension ldw: one GEMM,
+// the bias broadcast first and the product added on top with beta = 1.
+template <class T>
+void linear_into(const T* x, std::size_t rows, std::size_t in, const T* weight, std::size_t ldw, std::size_t out,
+                 const T* bias, T* y) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* yr = y + r * out;
+    if (bias) std::copy(bias, bias + out, yr);
+    else std::fill(yr, yr + out, T(0));
+  }
+  // (rows, in) x (in, out) -> (rows, out)
+  gemm<T>(/*trans_a=*/false, /*trans_b=*/true, rows, out, in, T(1), x, in, weight, ldw, /*beta=*/T(1), y, out);
+}
+
+// exp(x) for the x <= 0 of a softmax, in float: Cephes' expf (range reduction by ln 2, a
+// degree-6 polynomial, 2^n from the exponent bits), written without calls or branches so
+// that the compiler vectorises the loop around it. exp(-inf) = 0, exp(NaN) = NaN, and
+// below -87.34 (where float underflows) the result is 0. Relative error about 1e-7.
+[[gnu::always_inline]] inline float exp_nonpositive(float x) {
+  const float lowest = -87.33654f;
+  const float xc = x < lowest ? lowest : x;  // NaN passes through (the comparison is false)
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln 2)
+  float r = xc - n * 0.693359375f;  // x - n ln 2, ln 2 split in two for exactness
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const float two_n = __builtin_bit_cast(float, (static_cast<std::int32_t>(n) + 127) << 23);
+  return x < lowest ? 0.0f : y * two_n;
+}
+[[gnu::always_inline]] inline double exp_nonpositive(double x) { return std::exp(x); }
+
+// The row loops below are short (S, often 16 to 1024 floats) and run L times per head:
+// each is vectorised without interleaving, so that a row of 16 is two AVX vectors rather
+// than a scalar remainder.
+
+// row[j] += attn[j] + padding[j] (PyTorch's merged mask, either part optional), and the
+// row's maximum, in one pass. The maximum ignores NaN as fmax does; it is kept in 8
+// partial maxima so that it vectorises.
+template <bool with_attn, bool with_padding, class T>
+[[gnu::always_inline]] inline T add_masks_and_max(T* row, std::size_t n, const T* attn, const T* padding) {
+  constexpr std::size_t lanes = 8;
+  T max[lanes];
+  for (auto& m : max) m = -std::numeric_limits<T>::infinity();
+  std::size_t j = 0;
+  auto step = [&](std::size_t at, std::size_t lane) {
+    T x = row[at];
+    if constexpr (with_attn && with_padding) x += attn[at] + padding[at];
+    else if constexpr (with_attn) x += attn[at];
+    else if constexpr (with_padding) x += padding[at];
+    row[at] = x;
+    max[lane] = x > max[lane] ? x : max[lane];
+  };
+  for (; j + lanes <= n; j += lanes)
+    for (std::size_t k = 0; k < lanes; ++k) step(j + k, k);
+  for (; j < n; ++j) step(j, 0);
+  T m = max[0];
+  for (std::size_t k = 1; k < lanes; ++k) m = max[k] > m ? max[k] : m;
+  return m;
+}
+
+template <class T>
+[[gnu::always_inline]] inline T add_masks_and_max(T* row, std::size_t n, const T* attn, const T* padding) {
+  if (attn && padding) return add_masks_and_max<true, true>(row, n, attn, padding);
+  if (attn) return add_masks_and_max<true, false>(row, n, attn, padding);
+  if (padding) return add_masks_and_max<false, true>(row, n, attn, padding);
+  return add_masks_and_max<false, false>(row, n, attn, padding);
+}
+
+// row[j] = exp(row[j] - max), returning the sum. The sum may be reordered (it is a
+// reduction over S terms; the order changes only the last bits).
+template <class T>
+[[gnu::always_inline]] inline T exp_and_sum(T* row, std::size_t n, T max) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma clang loop vectorize(enable) interleave_count(1)
+    for (std::size_t j = 0; j < n; ++j) row[j] = exp_nonpositive(row[j] - max);
+  } else {  // std::exp of double: a library call per element, nothing to vectorise
+    for (std::size_t j = 0; j < n; ++j) row[j] = exp_nonpositive(row[j] - max);
+  }
+  T sum = 0;
+  {
+#pragma clang fp reassociate(on)
+#pragma clang loop vectorize(enable) interleave_count(1)
+    for (std::size_t j = 0; j < n; ++j) sum += row[j];
+  }
+  return sum;
+}
+
+// Mask add and softmax of one row of scores, numerically stable, in place. A row whose
+// every score is -inf gives NaN, as torch.softmax: max = -inf and -inf - (-inf) = NaN.
+template <class T>
+[[gnu::always_inline]] inline void masked_softmax_row(T* row, std::size_t n, const T* attn, const T* padding) {
+  const T max = add_masks_and_max(row, n, attn, padding);
+  const T sum = exp_and_sum(row, n, max);
+#pragma clang loop vectorize(enable) interleave_count(1)
+  for (std::size_t j = 0; j < n; ++j) row[j] /= sum;
+}
+
+// Dropout on one row of weights, drawing in the reference's order (row by row).
+template <class T>
+void dropout_row(T* row, std::size_t n, double p, Generator& generator) {
+  const T scale = p == 1.0 ? T(0) : T(1.0 / (1.0 - p));
+  for (std::size_t j = 0; j < n; ++j) row[j] = generator.bernoulli(p) ? T(0) : row[j] * scale;
+}
+
+// The row kernels above are compiled into each caller below twice, for baseline x86-64
+// (SSE2, 4 floats a vector) and for AVX2 + FMA (8), and the CPU picks at run time; the
+// library itself stays buildable and runnable for any x86-64.
+inline bool has_avx2() {
+#if defined(__x86_64__)
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+#else
+  return false;
+#endif
+}
+
+// Mask + softmax of the L rows of one batch-head's (L, S) scores.
+template <class T>
+[[gnu::always_inline]] inline void softmax_rows_kernel(T* scores, std::size_t L, std::size_t S,
+                                                       const AdditiveMasks<T>& masks, std::size_t b, std::size_t n) {
+  const T* padding = masks.padding_row(n);
+  for (std::size_t i = 0; i < L; ++i) masked_softmax_row(scores + i * S, S, masks.attn_row(b, i), padding);
+}
+#if defined(__x86_64__)
+template <class T>
+[[gnu::target("avx2,fma")]] void softmax_rows_avx2(T* scores, std::size_t L, std::size_t S, const AdditiveMasks<T>& masks,
+                                                   std::size_t b, std::size_t n) {
+  softmax_rows_kernel(scores, L, S, masks, b, n);
+}
+#endif
+template <class T>
+void softmax_rows(T* scores, std::size_t L, std::size_t S, const AdditiveMasks<T>& masks, std::size_t b, std::size_t n) {
+#if defined(__x86_64__)
+  if (has_avx2()) return softmax_rows_avx2(scores, L, S, masks, b, n);
+#endif
+  softmax_rows_kernel(scores, L, S, masks, b, n);
+}
+
+// One batch-head: scores, mask + softmax, dropout, P . v. `scores` is (L, S), either
+// this head's slice of the returned weights or scratch.
+template <class T>
+void attend_head(const AttentionProblem<T>& pb, std::size_t b, T* scores) {
+  const std::size_t n = b / pb.H, h = b % pb.H, L = pb.L, S = pb.S, D = pb.D;
+  // 1) scores = q_h . k_h^T: (L, D) x (D, S) -> (L, S), straight from the strided views
+  gemm<T>(/*trans_a=*/false, /*trans_b=*/true, L, S, D, T(1), pb.q.head(n, h, D), pb.q.row_stride,
+          pb.k.head(n, h, D), pb.k.row_stride, /*beta=*/T(0), scores, S);
+  // 2) mask + softmax per row, 3) dropout (training only), row by row as the reference draws
+  softmax_rows(scores, L, S, pb.masks, b, n);
+  if (pb.dropout_p > 0)
+    for (std::size_t i = 0; i < L; ++i) dropout_row(scores + i * S, S, pb.dropout_p, *pb.generator);
+  // 4) output_h = P . v_h: (L, S) x (S, D) -> (L, D), into columns [h*D, (h+1)*D) of (L, N, E)
+  gemm<T>(/*trans_a=*/false, /*trans_b=*/false, L, D, S, T(1), scores, S, pb.v.head(n, h, D), pb.v.row_stride,
+          /*beta=*/T(0), pb.out.head(n, h, D), pb.out.row_stride);
+}
+
+// Every batch-head. weights: (B, L, S) to keep them, or nullptr (scratch per task).
+// With dropout the heads run in order on one thread: the draws then come in the
+// reference's order and the results equal it.
+template <class T>
+void fast_attention(const AttentionProblem<T>& pb, T* weights) {
+  const std::size_t B = pb.N * pb.H, LS = pb.L * pb.S;
+  // Threads pay off once a head is more than a few small GEMMs (2*L*S*D flops each way).
+  const bool big = 4.0 * static_cast<double>(LS) * static_cast<double>(pb.D) * static_cast<double>(B) > 4e6;
+  const int threads = pb.dropout_p > 0 || !big ? 1 : num_threads();
+  if (weights) {
+    parallel_for(B, threads, [&](std::size_t b) { attend_head(pb, b, weights + b * LS); });
+    return;
+  }
+  // One (L, S) scratch per worker, each worker taking the next head when it is free.
+  std::atomic<std::size_t> next_head{0};
+  const std::size_t workers = std::min<std::size_t>(B, static_cast<std::size_t>(threads));
+  if (pb.scratch && pb.scratch->size() < workers) pb.scratch->resize(workers);
+  parallel_for(workers, threads, [&](std::size_t slot) {
+    std::vector<T> local;
+    T* scores = scratch_buffer(pb, local, slot, LS).data();  // (L, S)
+    for (std::size_t b = next_head++; b < B; b = next_head++) attend_head(pb, b, scores);
+  });
+}
+
+}  // namespace mha::detail

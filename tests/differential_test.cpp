@@ -1,0 +1,337 @@
+// The randomised differential suite: every way of computing the same forward agrees.
+//
+// Each trial draws a random module and call from one seed: every construction option
+// (embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim,
+// batch_first), every forward option (bool or float key_padding_mask and attn_mask, 2-D
+// or 3-D, fully masked rows and fully padded batch entries, is_causal, need_weights,
+// average_attn_weights, training), every layout (seq-first, batch_first, unbatched),
+// self / encoder-decoder / cross attention, and degenerate sizes (L or S of 0 or 1, a
+// batch of 1, head_dim 1). The call runs in float64 through every path of AttentionPath and in both
+// variants (packed, and to_separate()); all must agree with the reference path of the
+// packed variant at 1e-10, with NaN in the same places. This proves agreement between
+// the implementations, not agreement with PyTorch: the goldens do that.
+//
+// Reproducible: trial i uses seed MHA_DIFF_SEED + i (default base 20240601). A failure
+// prints the seed and every option of the trial.
+//   MHA_DIFF_SEED=123 MHA_DIFF_TRIALS=5000 ./differential_test
+//
+// Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
+// D = head_dim.
+#include "third_party.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <sstream>
+
+import mha;
+
+namespace {
+
+using T = double;
+using Mask = mha::Mask<T>;
+
+constexpr double tolerance = 1e-10;  // |a - b| <= tolerance * (1 + |b|)
+constexpr std::uint64_t default_seed = 20240601;
+constexpr int default_trials = 1200;
+
+std::uint64_t env_or(const char* name, std::uint64_t fallback) {
+  const char* text = std::getenv(name);
+  return text ? std::strtoull(text, nullptr, 10) : fallback;
+}
+
+// The random source of one trial.
+class Draw {
+public:
+  explicit Draw(std::uint64_t seed) : engine_(seed) {}
+  std::size_t size(std::size_t low, std::size_t high) {  // uniform on [low, high]
+    return low + static_cast<std::size_t>(engine_() % (high - low + 1));
+  }
+  bool chance(double p) { return uniform() < p; }
+  double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
+  double normal() { return std::sqrt(-2.0 * std::log(1.0 - uniform())) * std::cos(2.0 * std::numbers::pi * uniform()); }
+  template <class V>
+  V pick(std::initializer_list<V> values) {
+    return *(values.begin() + size(0, values.size() - 1));
+  }
+
+private:
+  std::mt19937_64 engine_;
+};
+
+enum class Inputs { self, enc_dec, cross };
+enum class MaskKind { none, bool_2d, float_2d, bool_3d, float_3d, causal };
+
+std::string_view name(Inputs i) { return i == Inputs::self ? "self" : i == Inputs::enc_dec ? "enc_dec" : "cross"; }
+std::string_view name(MaskKind m) {
+  constexpr std::string_view names[] = {"none", "bool_2d", "float_2d", "bool_3d", "float_3d", "causal"};
+  return names[static_cast<int>(m)];
+}
+
+// One trial: the module, the call and the tensors.
+struct Trial {
+  std::uint64_t seed = 0;
+  mha::Options options;
+  bool unbatched = false, training = false;
+  std::size_t L = 0, S = 0, N = 0;
+  Inputs inputs = Inputs::cross;
+  MaskKind attn_mask = MaskKind::none;
+  int key_padding_mask = 0;  // 0 none, 1 bool, 2 float
+  bool fully_masked_row = false, fully_padded_batch = false;
+  mha::ForwardOptions<T> forward;
+  xt::xarray<T> query, key, value;
+  mha::StateDict<T> parameters;
+
+  std::string describe() const {
+    std::ostringstream s;
+    s << "seed=" << seed << " embed_dim=" << options.embed_dim << " num_heads=" << options.num_heads
+      << " kdim=" << options.kdim.value_or(options.embed_dim) << " vdim=" << options.vdim.value_or(options.embed_dim)
+      << " bias=" << options.bias << " add_bias_kv=" << options.add_bias_kv
+      << " add_zero_attn=" << options.add_zero_attn << " dropout=" << options.dropout << " training=" << training
+      << " batch_first=" << options.batch_first << " unbatched=" << unbatched << " L=" << L << " S=" << S << " N=" << N
+      << " inputs=" << name(inputs) << " attn_mask=" << name(attn_mask) << " key_padding_mask="
+      << (key_padding_mask == 0   ? "none"
+          : key_padding_mask == 1 ? "bool"
+                                  : "float")
+      << " fully_masked_row=" << fully_masked_row << " fully_padded_batch=" << fully_padded_batch
+      << " is_causal=" << forward.is_causal << " need_weights=" << forward.need_weights
+      << " average_attn_weights=" << forward.average_attn_weights;
+    return s.str();
+  }
+};
+
+xt::xarray<T> random_tensor(Draw& draw, const std::vector<std::size_t>& shape) {
+  xt::xarray<T> x = xt::zeros<T>(shape);
+  for (auto& v : x) v = draw.normal();
+  return x;
+}
+
+// (L, N, dim), (N, L, dim) batch_first, or (L, dim) unbatched.
+std::vector<std::size_t> input_shape(const Trial& t, std::size_t length, std::size_t dim) {
+  if (t.unbatched) return {length, dim};
+  if (t.options.batch_first) return {t.N, length, dim};
+  return {length, t.N, dim};
+}
+
+// A bool mask (True = masked) with about a third masked, or a float mask of normal
+// values with about a quarter -inf.
+Mask random_mask(Draw& draw, const std::vector<std::size_t>& shape, bool boolean) {
+  if (boolean) {
+    xt::xarray<bool> m = xt::zeros<bool>(shape);
+    for (auto& v : m) v = draw.chance(0.35);
+    return m;
+  }
+  xt::xarray<T> m = xt::zeros<T>(shape);
+  for (auto& v : m) v = draw.chance(0.25) ? -std::numeric_limits<T>::infinity() : draw.normal();
+  return m;
+}
+
+// Masks every key of the last row (of every leading index): a fully masked query row of
+// an attn_mask, or a fully padded batch entry of a key_padding_mask. A 1-D mask is one row.
+void mask_last_row(Mask& mask) {
+  std::visit(
+      [](auto& m) {
+        using V = typename std::decay_t<decltype(m)>::value_type;
+        const std::size_t S = m.shape(m.dimension() - 1), rows = m.dimension() == 1 ? 1 : m.shape(m.dimension() - 2);
+        if (S == 0 || rows == 0) return;
+        const V masked = std::is_same_v<V, bool> ? V(1) : -std::numeric_limits<V>::infinity();
+        for (std::size_t i = 0; i < m.size(); ++i)
+          if ((i / S) % rows == rows - 1) m.data()[i] = masked;
+      },
+      mask);
+}
+
+Trial make_trial(std::uint64_t seed) {
+  Draw draw(seed);
+  Trial t;
+  t.seed = seed;
+  // 1) the module
+  const std::size_t H = draw.size(1, 4), D = draw.size(1, 3), E = H * D;
+  t.options.embed_dim = static_cast<std::int64_t>(E);
+  t.options.num_heads = static_cast<std::int64_t>(H);
+  t.options.bias = draw.chance(0.7);
+  t.options.add_bias_kv = draw.chance(0.3);
+  t.options.add_zero_attn = draw.chance(0.3);
+  t.options.batch_first = draw.chance(0.5);
+  t.options.dropout = draw.pick({0.0, 0.0, 0.25, 0.5, 1.0});
+  t.training = draw.chance(0.3);
+  t.inputs = draw.pick({Inputs::self, Inputs::enc_dec, Inputs::cross});
+  if (t.inputs != Inputs::self && draw.chance(0.4)) {
+    t.options.kdim = static_cast<std::int64_t>(draw.size(1, 6));
+    t.options.vdim = t.inputs == Inputs::enc_dec ? t.options.kdim : static_cast<std::int64_t>(draw.size(1, 6));
+  } else if (draw.chance(0.3)) {
+    t.options.kdim = t.options.vdim = t.options.embed_dim;  // given explicitly, still packed
+  }
+
+  // 2) sizes: empty sequences and single positions included. Not drawn, because the paths
+  // do not agree there yet: no key at all (S' = S + add_bias_kv + add_zero_attn = 0, where
+  // PyTorch returns out_proj.bias), and a batch of 0.
+  t.unbatched = draw.chance(0.25);
+  t.N = t.unbatched ? 1 : draw.pick<std::size_t>({1, 1, 2, 3});
+  t.L = draw.pick<std::size_t>({0, 1, 2, 3, 4, 5});
+  t.S = t.inputs == Inputs::self ? t.L : draw.pick<std::size_t>({0, 1, 2, 3, 5});
+  if (t.S == 0 && !t.options.add_bias_kv && !t.options.add_zero_attn) {
+    t.S = 1;
+    if (t.inputs == Inputs::self) t.L = 1;
+  }
+
+  // 3) inputs
+  const std::size_t kdim = static_cast<std::size_t>(t.options.kdim.value_or(t.options.embed_dim));
+  const std::size_t vdim = static_cast<std::size_t>(t.options.vdim.value_or(t.options.embed_dim));
+  t.query = random_tensor(draw, input_shape(t, t.L, E));
+  if (t.inputs == Inputs::self) {
+    t.key = t.value = t.query;
+  } else {
+    t.key = random_tensor(draw, input_shape(t, t.S, kdim));
+    t.value = t.inputs == Inputs::cross ? random_tensor(draw, input_shape(t, t.S, vdim)) : t.key;
+  }
+
+  // 4) masks. Not drawn with dropout in training, because the paths do not agree there yet:
+  // a fully masked row is NaN, and PyTorch's dropout keeps a dropped NaN NaN (it multiplies
+  // by 0), where the reference and fast paths write 0.
+  const bool masks = !(t.training && t.options.dropout > 0);
+  t.key_padding_mask = masks ? static_cast<int>(draw.size(0, 2)) : 0;
+  if (t.key_padding_mask != 0) {
+    const std::vector<std::size_t> shape =
+        t.unbatched ? std::vector<std::size_t>{t.S} : std::vector<std::size_t>{t.N, t.S};
+    Mask m = random_mask(draw, shape, t.key_padding_mask == 1);
+    t.fully_padded_batch = draw.chance(0.3);
+    if (t.fully_padded_batch) mask_last_row(m);  // the last batch entry: every key padded
+    t.forward.key_padding_mask = std::move(m);
+  }
+  t.attn_mask = !masks ? MaskKind::none
+                       : draw.pick({MaskKind::none, MaskKind::bool_2d, MaskKind::float_2d, MaskKind::bool_3d,
+                                    MaskKind::float_3d, MaskKind::causal});
+  if (t.attn_mask == MaskKind::causal) {
+    t.forward.attn_mask = Mask(xt::xarray<bool>(mha::causal_mask(t.L, t.S)));
+    t.forward.is_causal = draw.chance(0.7);
+  } else if (t.attn_mask != MaskKind::none) {
+    const bool three_d = t.attn_mask == MaskKind::bool_3d || t.attn_mask == MaskKind::float_3d;
+    const std::size_t B = (t.unbatched ? 1 : t.N) * H;
+    const auto shape = three_d ? std::vector<std::size_t>{B, t.L, t.S} : std::vector<std::size_t>{t.L, t.S};
+    Mask m = random_mask(draw, shape, t.attn_mask == MaskKind::bool_2d || t.attn_mask == MaskKind::bool_3d);
+    t.fully_masked_row = draw.chance(0.3);
+    if (t.fully_masked_row) mask_last_row(m);
+    t.forward.attn_mask = std::move(m);
+  }
+  t.forward.need_weights = draw.chance(0.6);
+  t.forward.average_attn_weights = draw.chance(0.5);
+
+  // 5) parameters: every one random, biases included (PyTorch starts them at zero)
+  const mha::MultiheadAttention<T> shapes(t.options);
+  for (const auto& [name, p] : shapes.state_dict()) {
+    const std::vector<std::size_t> shape(p.shape().begin(), p.shape().end());
+    xt::xarray<T> value = xt::zeros<T>(shape);
+    for (auto& v : value) v = draw.uniform() - 0.5;
+    t.parameters.emplace(name, std::move(value));
+  }
+  return t;
+}
+
+// The result of one forward, or the message of the mha::Error it threw.
+struct Result {
+  std::optional<mha::Output<T>> output;
+  std::string error;
+};
+
+Result run(const Trial& t, const mha::MultiheadAttention<T>& prototype, mha::AttentionPath path, bool need_weights) {
+  mha::MultiheadAttention<T> module = prototype;
+  module.set_attention_path(path);
+  module.train(t.training);
+  module.dropout_generator().seed(t.seed);  // the same dropout draws in every run
+  mha::ForwardOptions<T> forward = t.forward;
+  forward.need_weights = need_weights;
+  try {
+    // Self-attention and encoder-decoder attention pass one object, as Python's `is`.
+    if (t.inputs == Inputs::self) return {module.forward(t.query, t.query, t.query, forward), ""};
+    if (t.inputs == Inputs::enc_dec) return {module.forward(t.query, t.key, t.key, forward), ""};
+    return {module.forward(t.query, t.key, t.value, forward), ""};
+  } catch (const mha::Error& e) {
+    return {std::nullopt, e.what()};
+  }
+}
+
+// "" when a and b agree: same shape, NaN in the same places, equal infinities, and
+// |a - b| <= tolerance * (1 + |b|) elsewhere; else what differs and where first.
+std::string difference(const xt::xarray<T>& a, const xt::xarray<T>& b) {
+  if (!std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(), b.shape().end()))
+    return "shape " + mha::shape_string(a.shape()) + " vs " + mha::shape_string(b.shape());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const T x = a.data()[i], y = b.data()[i];
+    const bool same = std::isnan(x) || std::isnan(y)   ? std::isnan(x) && std::isnan(y)
+                      : std::isinf(x) || std::isinf(y) ? x == y
+                                                       : std::abs(x - y) <= tolerance * (1 + std::abs(y));
+    if (!same) {
+      std::ostringstream s;
+      s.precision(17);
+      s << "flat index " << i << ": " << x << " vs " << y;
+      return s.str();
+    }
+  }
+  return "";
+}
+
+// "" when the two runs agree (both threw, or outputs and weights agree), else what differs.
+std::string compare(const Result& got, const Result& expected, bool weights) {
+  if (!got.output || !expected.output) {
+    if (!got.output && !expected.output) return "";
+    return "one threw, the other did not: '" + (got.output ? expected.error : got.error) + "'";
+  }
+  if (auto d = difference(got.output->attn_output, expected.output->attn_output); !d.empty())
+    return "attn_output: " + d;
+  if (!weights) return "";
+  if (got.output->attn_output_weights.has_value() != expected.output->attn_output_weights.has_value())
+    return "attn_output_weights returned by one and not the other";
+  if (!got.output->attn_output_weights) return "";
+  if (auto d = difference(*got.output->attn_output_weights, *expected.output->attn_output_weights); !d.empty())
+    return "attn_output_weights: " + d;
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("every path and variant agree on random options, shapes and masks", "[differential]") {
+  const std::uint64_t base = env_or("MHA_DIFF_SEED", default_seed);
+  const auto trials = static_cast<int>(env_or("MHA_DIFF_TRIALS", default_trials));
+  int compared = 0, with_nan = 0, rejected = 0;
+  for (int i = 0; i < trials; ++i) {
+    const Trial t = make_trial(base + static_cast<std::uint64_t>(i));
+    mha::MultiheadAttention<T> packed(t.options);
+    packed.load_state_dict(t.parameters);
+    std::vector<std::pair<std::string, mha::MultiheadAttention<T>>> variants;
+    variants.emplace_back(packed.packed() ? "packed" : "separate", packed);
+    if (packed.packed()) variants.emplace_back("separate", packed.to_separate());
+
+    // The reference: the readable path of the first variant, with and without weights.
+    const Result reference = run(t, variants[0].second, mha::AttentionPath::reference, t.forward.need_weights);
+    const Result reference_no_weights = run(t, variants[0].second, mha::AttentionPath::reference, false);
+    if (!reference.output)
+      ++rejected;
+    else if (const auto& o = reference.output->attn_output;
+             std::any_of(o.data(), o.data() + o.size(), [](T x) { return std::isnan(x); }))
+      ++with_nan;
+
+    for (const auto& [variant, module] : variants) {
+      struct Run {
+        mha::AttentionPath path;
+        std::string_view name;
+        bool need_weights;
+      };
+      // memory_efficient never forms the weights: it runs with need_weights=false.
+      for (const Run r : {Run{mha::AttentionPath::reference, "reference", t.forward.need_weights},
+                          Run{mha::AttentionPath::fast, "fast", t.forward.need_weights},
+                          Run{mha::AttentionPath::memory_efficient, "memory_efficient", false},
+                          Run{mha::AttentionPath::automatic, "automatic", t.forward.need_weights}}) {
+        const Result& expected = r.need_weights == t.forward.need_weights ? reference : reference_no_weights;
+        const std::string diff = compare(run(t, module, r.path, r.need_weights), expected, r.need_weights);
+        if (!diff.empty()) FAIL("variant " << variant << ", path " << r.name << ": " << diff << "\n  " << t.describe());
+        ++compared;
+      }
+    }
+  }
+  // The suite must exercise what it claims: NaN rows, and more runs than trials.
+  INFO("trials " << trials << ", comparisons " << compared << ", with NaN " << with_nan << ", rejected " << rejected);
+  CHECK(compared >= 4 * trials);
+  CHECK(with_nan > 0);
+  CHECK(rejected == 0);  // every trial is a valid call
+}

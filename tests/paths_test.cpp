@@ -1,0 +1,357 @@
+// The three attention paths (reference, fast, memory_efficient) against PyTorch's goldens
+// and against each other.
+//
+// Every golden case runs through every path and both variants (packed, separate) and
+// must match PyTorch within the case's tolerance. On random float64 inputs covering every
+// option, fast and memory_efficient must equal the reference path to rounding, with NaN
+// in exactly the same places.
+//
+// Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
+#include "third_party.hpp"
+
+#include <catch2/catch.hpp>
+
+import mha;
+
+namespace {
+
+using mha::AttentionPath;
+
+const std::filesystem::path golden_cases = std::filesystem::path(MHA_SOURCE_DIR) / "golden" / "cases";
+
+const std::vector<std::pair<std::string, AttentionPath>> all_paths = {
+    {"reference", AttentionPath::reference},
+    {"fast", AttentionPath::fast},
+    {"memory_efficient", AttentionPath::memory_efficient},
+    {"automatic", AttentionPath::automatic}};
+
+// Shapes first, then values within atol + rtol * |expected|, NaN equal to NaN only.
+template <class T>
+void require_close(const std::string& what, const xt::xarray<T>& got, const xt::xarray<T>& expected, double rtol,
+                   double atol) {
+  const auto cmp = mha::compare<T>(got, expected, rtol, atol);
+  INFO(what << ": max_abs_err=" << cmp.max_abs_err << " " << cmp.mismatch);
+  REQUIRE(cmp.ok);
+}
+
+// One numeric golden case through one path, every variant.
+template <class T>
+void check_golden(const mha::CaseInfo& info, const std::string& path_name, AttentionPath path) {
+  auto c = mha::load_case<T>(info);
+  for (auto& [variant, module] : mha::variants(c)) {
+    const std::string what = fmt::format("{} ({}, {})", info.name, variant, path_name);
+    module.set_attention_path(path);
+    auto run = c;
+    if (path == AttentionPath::memory_efficient && info.need_weights) {
+      // This path never forms the weights: it refuses need_weights=true, naming it ...
+      try {
+        mha::run_forward(module, run);
+        FAIL(what << ": need_weights=true was accepted");
+      } catch (const mha::Error& e) {
+        REQUIRE(std::string(e.what()).starts_with("need_weights:"));
+      }
+      // ... and gives PyTorch's attn_output without them (the is_causal hint off, so that
+      // the case's own attn_mask is the one applied).
+      run.forward.need_weights = false;
+      run.forward.is_causal = false;
+    }
+    const auto out = mha::run_forward(module, run);
+    require_close<T>(what + " attn_output", out.attn_output, c.expected.at("attn_output"), info.rtol, info.atol);
+    if (run.forward.need_weights) {
+      REQUIRE(out.attn_output_weights.has_value());
+      require_close<T>(what + " attn_output_weights", *out.attn_output_weights, c.expected.at("attn_output_weights"),
+                       info.rtol, info.atol);
+    } else {
+      REQUIRE_FALSE(out.attn_output_weights.has_value());
+    }
+  }
+}
+
+// A rejection case: every path rejects it with mha::Error.
+template <class T>
+void check_rejected(const mha::CaseInfo& info, AttentionPath path) {
+  bool rejected = false;
+  try {
+    const auto c = mha::load_case<T>(info);
+    for (auto& [variant, module] : mha::variants(c)) {
+      module.set_attention_path(path);
+      mha::run_forward(module, c);
+    }
+  } catch (const mha::Error&) {
+    rejected = true;
+  }
+  REQUIRE(rejected);
+}
+
+TEST_CASE("every golden case matches PyTorch through every attention path and both variants") {
+  const auto cases = mha::find_cases({golden_cases});
+  REQUIRE(cases.size() >= 80);
+  for (const auto& dir : cases) {
+    const auto info = mha::read_case_info(dir);
+    for (const auto& [path_name, path] : all_paths) {
+      INFO(info.name << " through " << path_name);
+      if (info.expect_error) {
+        if (info.dtype == "float64") check_rejected<double>(info, path);
+        else check_rejected<float>(info, path);
+      } else if (info.dtype == "float64") {
+        check_golden<double>(info, path_name, path);
+      } else {
+        check_golden<float>(info, path_name, path);
+      }
+    }
+  }
+}
+
+// ---- random float64 inputs: the fast paths equal the reference ------------------------
+
+// Reference and candidate differ only in the order of floating-point sums (BLAS blocks,
+// tiles, the online rescaling); in float64 that moves the last few bits, far below 1e-9.
+constexpr double path_rtol = 1e-9, path_atol = 1e-12;
+
+using Engine = std::mt19937_64;
+
+xt::xarray<double> random_tensor(const std::vector<std::size_t>& shape, Engine& g) {
+  std::normal_distribution<double> normal;
+  xt::xarray<double> x(shape);
+  for (auto& v : x) v = normal(g);
+  return x;
+}
+
+xt::xarray<bool> random_bool_mask(const std::vector<std::size_t>& shape, double p, Engine& g) {
+  std::bernoulli_distribution bernoulli(p);
+  xt::xarray<bool> m(shape);
+  for (auto&& v : m) v = bernoulli(g);
+  return m;
+}
+
+struct RandomCase {
+  std::string name;
+  mha::Options options;
+  std::size_t L = 0, S = 0, N = 0;  // N = 0: unbatched
+  bool self_attention = false, key_is_value = false;
+  bool need_weights = true, average = true, training = false, is_causal = false;
+  std::string attn_mask;  // "", "bool2d", "float2d", "bool3d", "float3d", "causal"
+  bool key_padding_mask = false;
+  bool fully_masked_row = false;  // query row 1 sees no key; batch entry 0 (if N > 1) is all padding
+};
+
+// Runs the case through `path` on a copy of `module`, same inputs and same dropout draws.
+mha::Output<double> run_path(const mha::MultiheadAttention<double>& module, AttentionPath path,
+                             const RandomCase& rc, const xt::xarray<double>& query, const xt::xarray<double>& key,
+                             const xt::xarray<double>& value, const mha::ForwardOptions<double>& opts) {
+  auto m = module;
+  m.set_attention_path(path);
+  if (rc.self_attention) return m.forward(query, query, query, opts);
+  if (rc.key_is_value) return m.forward(query, key, key, opts);
+  return m.forward(query, key, value, opts);
+}
+
+void check_random_case(const RandomCase& rc) {
+  Engine g(1234);
+  const auto E = static_cast<std::size_t>(rc.options.embed_dim), H = static_cast<std::size_t>(rc.options.num_heads);
+  const std::size_t Ek = static_cast<std::size_t>(rc.options.kdim.value_or(rc.options.embed_dim));
+  const std::size_t Ev = static_cast<std::size_t>(rc.options.vdim.value_or(rc.options.embed_dim));
+  const bool batched = rc.N > 0;
+  const std::size_t N = batched ? rc.N : 1;
+  auto shape = [&](std::size_t len, std::size_t width) {
+    if (!batched) return std::vector<std::size_t>{len, width};
+    return rc.options.batch_first ? std::vector<std::size_t>{N, len, width} : std::vector<std::size_t>{len, N, width};
+  };
+  const auto query = random_tensor(shape(rc.L, E), g);
+  const auto key = random_tensor(shape(rc.S, Ek), g);
+  const auto value = random_tensor(shape(rc.S, Ev), g);
+
+  mha::ForwardOptions<double> opts;
+  opts.need_weights = rc.need_weights;
+  opts.average_attn_weights = rc.average;
+  opts.is_causal = rc.is_causal;
+  const std::size_t B = batched ? N * H : H;
+  if (rc.attn_mask == "bool2d" || rc.attn_mask == "bool3d") {
+    auto m = rc.attn_mask == "bool2d" ? random_bool_mask({rc.L, rc.S}, 0.3, g) : random_bool_mask({B, rc.L, rc.S}, 0.3, g);
+    if (rc.fully_masked_row) xt::strided_view(m, {xt::ellipsis(), 1, xt::all()}) = true;  // query 1 sees no key
+    opts.attn_mask = mha::Mask<double>(m);
+  } else if (rc.attn_mask == "float2d") {
+    opts.attn_mask = mha::Mask<double>(random_tensor({rc.L, rc.S}, g));
+  } else if (rc.attn_mask == "float3d") {
+    opts.attn_mask = mha::Mask<double>(random_tensor({B, rc.L, rc.S}, g));
+  } else if (rc.attn_mask == "causal") {
+    opts.attn_mask = mha::Mask<double>(xt::xarray<bool>(mha::causal_mask(rc.L, rc.S)));
+  }
+  if (rc.key_padding_mask) {
+    auto m = batched ? random_bool_mask({N, rc.S}, 0.25, g) : random_bool_mask({rc.S}, 0.25, g);
+    if (rc.fully_masked_row && batched && N > 1) xt::view(m, 0, xt::all()) = true;  // batch entry 0: all padding
+    opts.key_padding_mask = mha::Mask<double>(m);
+  }
+
+  mha::MultiheadAttention<double> module(rc.options, 7);
+  module.train(rc.training);
+  const auto expected = run_path(module, AttentionPath::reference, rc, query, key, value, opts);
+  // The case tests what it says: a row that sees no key is NaN, unless an extra key rescues it.
+  if (rc.fully_masked_row && !rc.options.add_bias_kv && !rc.options.add_zero_attn)
+    REQUIRE(xt::any(xt::isnan(expected.attn_output)));
+
+  for (const auto& [path_name, path] : all_paths) {
+    if (path == AttentionPath::reference) continue;
+    const bool refuses = path == AttentionPath::memory_efficient && rc.need_weights;
+    INFO(rc.name << " through " << path_name);
+    if (refuses) {
+      REQUIRE_THROWS_AS(run_path(module, path, rc, query, key, value, opts), mha::Error);
+      continue;
+    }
+    const auto got = run_path(module, path, rc, query, key, value, opts);
+    require_close<double>(rc.name + " attn_output (" + path_name + ")", got.attn_output, expected.attn_output,
+                          path_rtol, path_atol);
+    REQUIRE(got.attn_output_weights.has_value() == expected.attn_output_weights.has_value());
+    if (expected.attn_output_weights)
+      require_close<double>(rc.name + " attn_output_weights (" + path_name + ")", *got.attn_output_weights,
+                            *expected.attn_output_weights, path_rtol, path_atol);
+  }
+  // The same case without weights, so that memory_efficient runs it too.
+  if (rc.need_weights) {
+    auto without = rc;
+    without.need_weights = false;
+    without.name += " need_weights=false";
+    check_random_case(without);
+  }
+}
+
+mha::Options options(std::int64_t E, std::int64_t H) {
+  mha::Options o;
+  o.embed_dim = E, o.num_heads = H;
+  return o;
+}
+
+RandomCase random_case(std::string name, mha::Options o, std::size_t L, std::size_t S, std::size_t N) {
+  RandomCase c;
+  c.name = std::move(name), c.options = o, c.L = L, c.S = S, c.N = N;
+  return c;
+}
+
+// Large enough for several tiles of the memory-efficient path (128 queries x 256 keys)
+// and for its threads; small enough for the loop nests of the reference.
+constexpr std::size_t L_big = 200, S_big = 300;
+
+TEST_CASE("fast and memory_efficient equal the reference path on random float64 inputs") {
+  mha::set_num_threads(2);
+  std::vector<RandomCase> cases;
+  {
+    auto c = random_case("self-attention, packed, no masks", options(16, 4), 9, 9, 2);
+    c.self_attention = true;
+    cases.push_back(c);
+  }
+  {
+    auto c = random_case("self-attention, several tiles, threads", options(16, 2), L_big, L_big, 2);
+    c.self_attention = true, c.attn_mask = "float2d", c.key_padding_mask = true;
+    cases.push_back(c);
+  }
+  {
+    auto c = random_case("cross-attention, several tiles, 3-D bool mask, fully masked rows", options(16, 2), L_big, S_big, 2);
+    c.attn_mask = "bool3d", c.key_padding_mask = true, c.fully_masked_row = true, c.average = false;
+    cases.push_back(c);
+  }
+  {
+    auto c = random_case("key is value, 2-D bool mask, fully masked rows", options(12, 3), 7, 11, 3);
+    c.key_is_value = true, c.attn_mask = "bool2d", c.key_padding_mask = true, c.fully_masked_row = true;
+    cases.push_back(c);
+  }
+  {
+    auto o = options(12, 3);
+    o.add_bias_kv = true, o.add_zero_attn = true;
+    auto c = random_case("bias_k/bias_v and add_zero_attn, 3-D float mask, padding", o, 6, 8, 2);
+    c.attn_mask = "float3d", c.key_padding_mask = true, c.average = false;
+    cases.push_back(c);
+  }
+  {
+    auto o = options(8, 2);
+    o.add_bias_kv = true;
+    auto c = random_case("bias_k/bias_v rescue fully padded batch entries", o, 5, 6, 3);
+    c.attn_mask = "bool2d", c.key_padding_mask = true, c.fully_masked_row = true;
+    cases.push_back(c);
+  }
+  {
+    auto o = options(8, 2);
+    o.add_zero_attn = true;
+    auto c = random_case("add_zero_attn rescues a fully masked row", o, 5, 6, 2);
+    c.attn_mask = "bool2d", c.fully_masked_row = true;
+    cases.push_back(c);
+  }
+  {
+    auto o = options(16, 4);
+    o.kdim = 5, o.vdim = 7, o.batch_first = true;
+    auto c = random_case("kdim/vdim, batch_first", o, 6, 9, 2);
+    c.attn_mask = "float2d";
+    cases.push_back(c);
+  }
+  {
+    auto o = options(16, 2);
+    o.batch_first = true;
+    auto c = random_case("batch_first self-attention, several tiles", o, L_big, L_big, 2);
+    c.self_attention = true, c.key_padding_mask = true, c.average = false;
+    cases.push_back(c);
+  }
+  {
+    auto o = options(12, 3);
+    o.batch_first = true, o.add_bias_kv = true, o.add_zero_attn = true;
+    auto c = random_case("batch_first key is value, bias_k/bias_v, add_zero_attn", o, 7, 9, 3);
+    c.key_is_value = true, c.attn_mask = "bool2d", c.key_padding_mask = true, c.fully_masked_row = true;
+    cases.push_back(c);
+  }
+  {
+    auto o = options(8, 2);
+    o.bias = false, o.separate_projections = true;
+    auto c = random_case("separate projections, no bias, unbatched, 3-D mask", o, 5, 7, 0);
+    c.attn_mask = "bool3d", c.key_padding_mask = true, c.average = false;
+    cases.push_back(c);
+  }
+  {
+    auto o = options(16, 4);
+    o.dropout = 0.3;
+    auto c = random_case("dropout in training, the same draws", o, 7, 10, 2);
+    c.training = true, c.attn_mask = "float2d", c.key_padding_mask = true;
+    cases.push_back(c);
+  }
+  {
+    auto o = options(8, 2);
+    o.dropout = 0.25;
+    auto c = random_case("dropout in training over several tiles", o, L_big, S_big, 1);
+    c.training = true, c.self_attention = false;
+    cases.push_back(c);
+  }
+  {
+    auto c = random_case("is_causal hint with need_weights=false", options(8, 2), 6, 6, 2);
+    c.self_attention = true, c.attn_mask = "causal", c.is_causal = true, c.need_weights = false;
+    cases.push_back(c);
+  }
+  for (const auto& c : cases) {
+    SECTION(c.name) { check_random_case(c); }
+  }
+}
+
+TEST_CASE("one thread and two give the same results") {
+  auto rc = random_case("threads", options(16, 2), L_big, S_big, 2);
+  rc.attn_mask = "float2d", rc.key_padding_mask = true, rc.need_weights = false;
+  mha::set_num_threads(1);
+  REQUIRE(mha::num_threads() == 1);
+  check_random_case(rc);
+  mha::set_num_threads(2);
+  REQUIRE(mha::num_threads() == 2);
+  check_random_case(rc);
+}
+
+TEST_CASE("set_num_threads rejects fewer than one thread, naming the argument") {
+  const int before = mha::num_threads();
+  REQUIRE_THROWS_WITH(mha::set_num_threads(0), Catch::StartsWith("num_threads: expected at least 1 thread, got 0"));
+  REQUIRE(mha::num_threads() == before);
+}
+
+TEST_CASE("automatic picks fast with weights, memory_efficient for large scores without") {
+  mha::MultiheadAttention<float> m(options(8, 2));
+  REQUIRE(m.attention_path() == AttentionPath::automatic);
+  REQUIRE(m.resolved_attention_path(/*need_weights=*/true, 8192, 8192) == AttentionPath::fast);
+  REQUIRE(m.resolved_attention_path(/*need_weights=*/false, 8192, 8192) == AttentionPath::memory_efficient);
+  REQUIRE(m.resolved_attention_path(/*need_weights=*/false, 128, 128) == AttentionPath::fast);
+  m.set_attention_path(AttentionPath::memory_efficient);
+  REQUIRE_THROWS_WITH(m.resolved_attention_path(/*need_weights=*/true, 4, 4), Catch::StartsWith("need_weights:"));
+}
+
+}  // namespace

@@ -1,0 +1,173 @@
+// tutorial.hpp — how every tutorial prints and checks, so that each program can be about
+// its one idea.
+//
+// A tutorial prints a title, numbered steps with labelled shapes and short value slices,
+// and ends with a check against PyTorch's numbers from a golden case (golden/cases/):
+// `OK`, or `MISMATCH max_abs_err=...` and a non-zero exit. Values are printed with a
+// fixed format (4 decimals) so that the output is the same on every run; docs/ shows
+// this output verbatim, and scripts/docs-output checks that it has not drifted.
+//
+// Include it after the other headers: it ends with `import mha;`.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <xtensor/xarray.hpp>
+#include <xtensor/xview.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+import mha;
+
+namespace tutorial {
+
+// "== Tutorial 02: projections by hand ==" and what the program demonstrates.
+inline void title(std::string_view number, std::string_view name, std::string_view demonstrates) {
+  fmt::print("== Tutorial {}: {} ==\n{}\n", number, name, demonstrates);
+}
+
+// "-- 3) split heads --": one numbered step.
+inline void step(int n, std::string_view what) { fmt::print("\n-- {}) {} --\n", n, what); }
+
+// "  q  (5, 3, 8)": a labelled shape.
+template <class E>
+void shape(std::string_view label, const E& x) {
+  fmt::print("  {:<34} {}\n", label, mha::shape_string(x.shape()));
+}
+
+inline void shape(std::string_view label, std::initializer_list<std::size_t> dims) {
+  fmt::print("  {:<34} {}\n", label, mha::shape_string(dims));
+}
+
+// One number as the tutorials print it: 4 decimals, nan and -inf spelled out.
+inline std::string number(double x) {
+  if (std::isnan(x)) return "     nan";  // the C library may print the sign of a NaN, "-nan"
+  return fmt::format("{:>8.4f}", x);
+}
+
+// A labelled 1-D or 2-D slice: at most `rows` x `cols` values, "..." where cut.
+template <class E>
+void values(std::string_view label, const E& expression, std::size_t rows = 4, std::size_t cols = 6) {
+  xt::xarray<double> x = expression;
+  if (x.dimension() == 1) x.reshape({1, x.size()});
+  const std::size_t R = x.shape(0), C = x.shape(1);
+  fmt::print("  {} {}\n", label, mha::shape_string(expression.shape()));
+  for (std::size_t i = 0; i < std::min(R, rows); ++i) {
+    std::string line = "   ";
+    for (std::size_t j = 0; j < std::min(C, cols); ++j) line += number(x(i, j));
+    if (C > cols) line += "     ...";
+    fmt::print("{}\n", line);
+  }
+  if (R > rows) fmt::print("        ... ({} more {})\n", R - rows, R - rows == 1 ? "row" : "rows");
+}
+
+// The path of a golden case, relative to the project root (tutorials run from there).
+inline std::filesystem::path case_dir(std::string_view name) {
+  return std::filesystem::path("golden") / "cases" / name;
+}
+
+template <class T>
+mha::Case<T> load(std::string_view name) {
+  const auto info = mha::read_case_info(case_dir(name));
+  fmt::print("Golden case: {} ({})\n", info.name, info.dtype);
+  return mha::load_case<T>(info);
+}
+
+// A parameter of the case by its state_dict name, or an mha::Error that says why not.
+template <class T>
+const xt::xarray<T>& parameter(const mha::Case<T>& c, const std::string& name) {
+  mha::check(c.parameters.contains(name), "--case", "{} has no {} (kdim or vdim != E, or bias=False?)", c.info.name,
+             name);
+  return c.parameters.at(name);
+}
+
+// Collects the checks of one tutorial: every comparison with PyTorch's numbers, and every
+// demonstrated mistake (which must NOT match: a mistake that matched would prove nothing).
+class Verdict {
+public:
+  Verdict() = default;
+  template <class T>
+  explicit Verdict(const mha::Case<T>& c) {
+    tolerance(c);
+  }
+
+  // matches() compares within the case's tolerance: atol + rtol * |expected|.
+  template <class T>
+  void tolerance(const mha::Case<T>& c) {
+    rtol_ = c.info.rtol, atol_ = c.info.atol;
+  }
+
+  // `got` must equal PyTorch's `expected` within the case's tolerance.
+  template <class A, class B>
+  bool matches(std::string_view what, const A& got, const B& expected) {
+    const auto r = compare(got, expected);
+    max_err_ = std::max(max_err_, r.max_abs_err);
+    ok_ = ok_ && r.ok;
+    fmt::print("  {:<44} {}\n", what, r.ok ? "OK" : "MISMATCH " + r.mismatch);
+    return r.ok;
+  }
+
+  // A demonstrated mistake: `got` must differ from `expected`.
+  template <class A, class B>
+  bool differs(std::string_view what, const A& got, const B& expected) {
+    const auto r = compare(got, expected);
+    ok_ = ok_ && !r.ok;
+    if (r.ok)
+      fmt::print("  {:<44} matches PyTorch, but this mistake should not!\n", what);
+    else if (r.max_abs_err > 0)
+      fmt::print("  {:<44} differs, as it should (max_abs_err={:.2f})\n", what, r.max_abs_err);
+    else
+      fmt::print("  {:<44} differs, as it should ({})\n", what, r.mismatch);
+    return !r.ok;
+  }
+
+  // Exact equality (rearranging numbers must not change a single bit).
+  template <class A, class B>
+  bool equal(std::string_view what, const A& got, const B& expected) {
+    const xt::xarray<double> g = got, e = expected;
+    const bool same = g.shape() == e.shape() && g == e;
+    ok_ = ok_ && same;
+    fmt::print("  {:<44} {}\n", what, same ? "OK (bit for bit)" : "MISMATCH");
+    return same;
+  }
+
+  // A fact the tutorial relies on (an error raised, a flag set): must hold.
+  bool holds(std::string_view what, bool condition) {
+    ok_ = ok_ && condition;
+    fmt::print("  {:<44} {}\n", what, condition ? "OK" : "MISMATCH");
+    return condition;
+  }
+
+  // The last line: `OK`, or `MISMATCH max_abs_err=...`; the exit status to return.
+  int finish() const {
+    if (ok_)
+      fmt::print("\nOK\n");
+    else
+      fmt::print("\nMISMATCH max_abs_err={:.3g}\n", max_err_);
+    return ok_ ? EXIT_SUCCESS : EXIT_FAILURE;
+  }
+
+private:
+  template <class A, class B>
+  mha::Comparison compare(const A& got, const B& expected) const {
+    return mha::compare<double>(xt::xarray<double>(got), xt::xarray<double>(expected), rtol_, atol_);
+  }
+
+  double rtol_ = 0, atol_ = 0;
+  double max_err_ = 0;
+  bool ok_ = true;
+};
+
+}  // namespace tutorial
