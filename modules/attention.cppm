@@ -27,6 +27,8 @@ export namespace mha {
 // (L, N, E) -> (N*H, L, D): x.view(L, N*H, D).transpose(0, 1) in PyTorch.
 template <class T>
 xt::xtensor<T, 3> split_heads(const xt::xtensor<T, 3>& x, std::size_t num_heads) {
+  check(num_heads > 0 && x.shape(2) % num_heads == 0, "num_heads",
+        "expected a number of heads that divides embed_dim = {}, got {}", x.shape(2), num_heads);
   const std::size_t L = x.shape(0), N = x.shape(1), E = x.shape(2), D = E / num_heads;
   xt::xtensor<T, 3> heads({N * num_heads, L, D});
   for (std::size_t i = 0; i < L; ++i)
@@ -40,6 +42,8 @@ xt::xtensor<T, 3> split_heads(const xt::xtensor<T, 3>& x, std::size_t num_heads)
 template <class T>
 xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>& heads, std::size_t batch) {
   const std::size_t B = heads.shape(0), L = heads.shape(1), D = heads.shape(2);
+  check(batch > 0 && B % batch == 0, "batch", "expected a batch size that divides the {} batch-heads, got {}", B,
+        batch);
   const std::size_t H = B / batch;
   xt::xtensor<T, 3> x({L, batch, H * D});
   for (std::size_t b = 0; b < B; ++b)
@@ -79,7 +83,8 @@ void dropout(xt::xtensor<T, 3>& weights, double p, Generator& generator) {
   check(p >= 0.0 && p <= 1.0, "dropout", "dropout probability has to be between 0 and 1, but got {}", p);
   if (p == 0.0) return;
   const T scale = p == 1.0 ? T(0) : T(1.0 / (1.0 - p));
-  for (auto& w : weights) w = generator.bernoulli(p) ? T(0) : w * scale;
+  // Multiplied by 0 or 1 / (1 - p), as PyTorch's dropout does: a dropped NaN stays NaN.
+  for (auto& w : weights) w *= generator.bernoulli(p) ? T(0) : scale;
 }
 
 template <class T>

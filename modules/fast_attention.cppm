@@ -110,7 +110,10 @@ void linear_into(const T* x, std::size_t rows, std::size_t in, const T* weight, 
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
-  const float two_n = __builtin_bit_cast(float, (static_cast<std::int32_t>(n) + 127) << 23);
+  // A NaN x makes n NaN, and casting NaN to an integer is undefined: use 0 there, the NaN
+  // still reaches the result through y.
+  const float n_finite = n == n ? n : 0.0f;
+  const float two_n = __builtin_bit_cast(float, (static_cast<std::int32_t>(n_finite) + 127) << 23);
   return x < lowest ? 0.0f : y * two_n;
 }
 [[gnu::always_inline]] inline double exp_nonpositive(double x) { return std::exp(x); }
@@ -185,7 +188,8 @@ template <class T>
 template <class T>
 void dropout_row(T* row, std::size_t n, double p, Generator& generator) {
   const T scale = p == 1.0 ? T(0) : T(1.0 / (1.0 - p));
-  for (std::size_t j = 0; j < n; ++j) row[j] = generator.bernoulli(p) ? T(0) : row[j] * scale;
+  // Multiplied by 0 or 1 / (1 - p), as PyTorch's dropout does: a dropped NaN stays NaN.
+  for (std::size_t j = 0; j < n; ++j) row[j] *= generator.bernoulli(p) ? T(0) : scale;
 }
 
 // The row kernels above are compiled into each caller below twice, for baseline x86-64

@@ -129,7 +129,9 @@ void attend_query_tile(const AttentionProblem<T>& pb, std::size_t b, std::size_t
     gemm<T>(/*trans_a=*/false, /*trans_b=*/false, rows, D, cols, T(1), scores.data(), cols,
             pb.v.head(n, h, D) + j0 * pb.v.row_stride, pb.v.row_stride, /*beta=*/T(1), out, ldo);
   }
-  // 4) output = o / l
+  // 4) output = o / l. With no keys at all (S = 0) there is nothing to normalise: the
+  // softmax of an empty row is empty and its product with v is 0, as in PyTorch.
+  if (S == 0) return;
   for (std::size_t i = 0; i < rows; ++i)
     for (std::size_t d = 0; d < D; ++d) out[i * ldo + d] /= state.sum[i];
 }

@@ -477,7 +477,12 @@ private:
       detail::linear_into(x.data(), rows, in, weight, ldw, width, bias ? bias + first : nullptr, y);
       return batch_major ? detail::StridedHeads<T>{y, width, len * width} : detail::StridedHeads<T>{y, N * width, width};
     };
-    auto shifted = [](detail::StridedHeads<T> h, std::size_t offset) { return h.data += offset, h; };
+    // A view `offset` columns further on; an empty buffer (no rows) stays null, since adding
+    // an offset to a null pointer is undefined.
+    auto shifted = [](detail::StridedHeads<T> h, std::size_t offset) {
+      if (h.data != nullptr) h.data += offset;
+      return h;
+    };
     if (packed()) {
       const T* w = in_proj_weight_.data();  // (3E, E): rows [0, E) W_q, [E, 2E) W_k, [2E, 3E) W_v
       if (g.aliasing == Aliasing::self_attention) {
@@ -692,6 +697,7 @@ private:
   template <class Shaped>
   void check_inputs(const Shaped& q, const Shaped& k, const Shaped& v) const {
     check(q.shape(2) == embed_dim(), "query", "was expecting embedding dimension of {}, but got {}", embed_dim(), q.shape(2));
+    check(q.shape(1) > 0, "query", "expected a batch of at least one sequence, got a batch of {}", q.shape(1));
     check(k.shape(1) == q.shape(1), "key", "expected batch size {} (the query's), but got {}", q.shape(1), k.shape(1));
     check(k.shape(0) == v.shape(0) && k.shape(1) == v.shape(1), "value",
           "key's sequence and batch dims {} do not match value's {}", shape_string({k.shape(0), k.shape(1)}),

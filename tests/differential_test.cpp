@@ -163,17 +163,13 @@ Trial make_trial(std::uint64_t seed) {
     t.options.kdim = t.options.vdim = t.options.embed_dim;  // given explicitly, still packed
   }
 
-  // 2) sizes: empty sequences and single positions included. Not drawn, because the paths
-  // do not agree there yet: no key at all (S' = S + add_bias_kv + add_zero_attn = 0, where
-  // PyTorch returns out_proj.bias), and a batch of 0.
+  // 2) sizes: empty sequences, no key at all (S' = S + add_bias_kv + add_zero_attn = 0,
+  // where PyTorch returns out_proj.bias) and single positions included. A batch of 0 is
+  // rejected with mha::Error, so it is not drawn here.
   t.unbatched = draw.chance(0.25);
   t.N = t.unbatched ? 1 : draw.pick<std::size_t>({1, 1, 2, 3});
   t.L = draw.pick<std::size_t>({0, 1, 2, 3, 4, 5});
   t.S = t.inputs == Inputs::self ? t.L : draw.pick<std::size_t>({0, 1, 2, 3, 5});
-  if (t.S == 0 && !t.options.add_bias_kv && !t.options.add_zero_attn) {
-    t.S = 1;
-    if (t.inputs == Inputs::self) t.L = 1;
-  }
 
   // 3) inputs
   const std::size_t kdim = static_cast<std::size_t>(t.options.kdim.value_or(t.options.embed_dim));
@@ -186,10 +182,9 @@ Trial make_trial(std::uint64_t seed) {
     t.value = t.inputs == Inputs::cross ? random_tensor(draw, input_shape(t, t.S, vdim)) : t.key;
   }
 
-  // 4) masks. Not drawn with dropout in training, because the paths do not agree there yet:
-  // a fully masked row is NaN, and PyTorch's dropout keeps a dropped NaN NaN (it multiplies
-  // by 0), where the reference and fast paths write 0.
-  const bool masks = !(t.training && t.options.dropout > 0);
+  // 4) masks, with dropout in training too: a fully masked row is NaN, and dropout keeps a
+  // dropped NaN NaN (it multiplies by 0, as PyTorch's does) in every path.
+  const bool masks = true;
   t.key_padding_mask = masks ? static_cast<int>(draw.size(0, 2)) : 0;
   if (t.key_padding_mask != 0) {
     const std::vector<std::size_t> shape =

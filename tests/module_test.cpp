@@ -190,3 +190,25 @@ TEST_CASE("a float key_padding_mask is added, as PyTorch 2.x merges masks", "[mo
   mha_test::require_close<double>("batch 0 weights", xt::view(*c.attn_output_weights, 0),
                                   xt::xarray<double>(xt::view(*d.attn_output_weights, 0)), 0, 0);
 }
+
+TEST_CASE("dropout multiplies as PyTorch's does and a dropped NaN stays NaN", "[module][dropout]") {
+  // F.dropout(x, p) is x * mask / (1 - p): a NaN weight of a fully masked row stays NaN
+  // whether it is dropped or kept, so the whole row of weights stays NaN in training.
+  auto o = options();
+  o.dropout = 0.5;
+  mha::MultiheadAttention<double> m(o, 9);
+  m.train();
+  const auto x = random_input({L, N, E}, 16);
+  xt::xarray<bool> mask = xt::zeros<bool>({L, L});
+  xt::view(mask, 2, xt::all()) = true;
+  mha::ForwardOptions<double> opts;
+  opts.attn_mask = mask;
+  opts.average_attn_weights = false;
+  for (auto path : {mha::AttentionPath::reference, mha::AttentionPath::fast}) {
+    m.set_attention_path(path);
+    const auto w = *m.forward(x, x, x, opts).attn_output_weights;  // (N, H, L, L)
+    INFO("path " << static_cast<int>(path));
+    CHECK(xt::all(xt::isnan(xt::view(w, xt::all(), xt::all(), 2, xt::all()))));
+    CHECK_FALSE(xt::any(xt::isnan(xt::view(w, xt::all(), xt::all(), 0, xt::all()))));
+  }
+}
