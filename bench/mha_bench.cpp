@@ -6,7 +6,7 @@
 //   mha-bench --memory [--threads=N]
 //
 // Each benchmark is self-attention (query is key is value), sequence-first, eval mode,
-// float32, at the issue's shapes (L = S, N, E, H) with need_weights true and false.
+// float32, at the benchmark's shapes (README, Performance) (L = S, N, E, H) with need_weights true and false.
 // Its gflops counter counts the multiply-adds of multi-head attention:
 //   in-projection 2*L*N*E*3E + q.k^T 2*N*L*S*E + P.v 2*N*L*S*E + out_proj 2*L*N*E*E
 //   = 8*L*N*E^2 + 4*N*L*S*E.
@@ -29,8 +29,8 @@ struct Shape {
   std::size_t L, N, E, H;
 };
 
-// The issue's shapes, and one tiny shape for the CTest smoke test.
-const std::vector<Shape> issue_shapes = {{16, 2, 64, 4}, {128, 8, 512, 8}, {512, 4, 768, 12}, {1024, 1, 1024, 16}};
+// The benchmark's shapes, and one tiny shape for the CTest smoke test.
+const std::vector<Shape> benchmark_shapes = {{16, 2, 64, 4}, {128, 8, 512, 8}, {512, 4, 768, 12}, {1024, 1, 1024, 16}};
 const std::vector<Shape> tiny_shapes = {{4, 2, 8, 2}};
 
 double mha_flops(const Shape& s) {
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     const bool tiny = args.shapes == "tiny";
     const mha::AttentionPath path = path_from_name(args.path);
-    for (const auto& s : tiny ? tiny_shapes : issue_shapes)
+    for (const auto& s : tiny ? tiny_shapes : benchmark_shapes)
       for (bool need_weights : {true, false})
         benchmark::RegisterBenchmark(fmt::format("mha/L={}/N={}/E={}/H={}/need_weights={}", s.L, s.N, s.E, s.H,
                                                  need_weights).c_str(),

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-ISSUE_SHAPES = [(16, 2, 64, 4), (128, 8, 512, 8), (512, 4, 768, 12), (1024, 1, 1024, 16)]
+BENCHMARK_SHAPES = [(16, 2, 64, 4), (128, 8, 512, 8), (512, 4, 768, 12), (1024, 1, 1024, 16)]
 
 
 def time_call(call, min_sample_s, samples):
@@ -43,9 +43,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--shapes", nargs="*", help="L,N,E,H each (default: the issue's four)")
+    parser.add_argument("--shapes", nargs="*", help="L,N,E,H each (default: the benchmark's four)")
     args = parser.parse_args()
-    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes] if args.shapes else ISSUE_SHAPES
+    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes] if args.shapes else BENCHMARK_SHAPES
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
