@@ -34,7 +34,10 @@ struct StridedHeads {
   const T* data = nullptr;
   std::size_t row_stride = 0;    // N*E in (L, N, E), N*3E in (L, N, 3E)
   std::size_t batch_stride = 0;  // E or 3E
-  const T* head(std::size_t n, std::size_t h, std::size_t D) const { return data + n * batch_stride + h * D; }
+  // An empty tensor has no data: its heads are null too (an offset on null is undefined).
+  const T* head(std::size_t n, std::size_t h, std::size_t D) const {
+    return data == nullptr ? nullptr : data + n * batch_stride + h * D;
+  }
 };
 
 // Where the heads' outputs go: like StridedHeads, writable.
@@ -42,7 +45,9 @@ template <class T>
 struct OutputHeads {
   T* data = nullptr;
   std::size_t row_stride = 0, batch_stride = 0;
-  T* head(std::size_t n, std::size_t h, std::size_t D) const { return data + n * batch_stride + h * D; }
+  T* head(std::size_t n, std::size_t h, std::size_t D) const {
+    return data == nullptr ? nullptr : data + n * batch_stride + h * D;
+  }
 };
 
 // The two masks as the user gave them (after bool -> float), added on the fly:
