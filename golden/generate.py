@@ -1274,12 +1274,7 @@ def check_layouts_and_weights() -> int:
         for committed, make in ((LAYOUTS_OUT, generate_layouts), (WEIGHTS_OUT, generate_weights)):
             fresh = Path(tmp) / committed.name
             make(fresh)
-            expected = relative_files(fresh)
-            present = relative_files(committed) if committed.is_dir() else set()
-            problems += [f"missing: {committed.name}/{n}" for n in sorted(expected - present)]
-            problems += [f"extra: {committed.name}/{n}" for n in sorted(present - expected)]
-            problems += [f"differs: {committed.name}/{n}" for n in sorted(expected & present)
-                         if not filecmp.cmp(fresh / n, committed / n, shallow=False)]
+            problems += folder_differences(fresh, committed, prefix=f"{committed.name}/")
     for line in problems:
         print(line)
     if problems:
@@ -1298,16 +1293,22 @@ def relative_files(root: Path) -> set:
     return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
 
 
+def folder_differences(fresh: Path, committed: Path, prefix: str = "") -> list:
+    """Files missing from, extra in, or differing in `committed`, against `fresh`."""
+    expected = relative_files(fresh)
+    present = relative_files(committed) if committed.is_dir() else set()
+    problems = [f"missing: {prefix}{n}" for n in sorted(expected - present)]
+    problems += [f"extra: {prefix}{n}" for n in sorted(present - expected)]
+    problems += [f"differs: {prefix}{n}" for n in sorted(expected & present)
+                 if not filecmp.cmp(fresh / n, committed / n, shallow=False)]
+    return problems
+
+
 def check(committed: Path) -> int:
     with tempfile.TemporaryDirectory(prefix="golden-check-") as tmp:
         fresh = Path(tmp)
         count = generate(fresh)
-        expected = relative_files(fresh)
-        present = relative_files(committed) if committed.is_dir() else set()
-        problems = [f"missing: {name}" for name in sorted(expected - present)]
-        problems += [f"extra: {name}" for name in sorted(present - expected)]
-        problems += [f"differs: {name}" for name in sorted(expected & present)
-                     if not filecmp.cmp(fresh / name, committed / name, shallow=False)]
+        problems = folder_differences(fresh, committed)
     for line in problems:
         print(line)
     if problems:
