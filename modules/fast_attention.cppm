@@ -84,10 +84,10 @@ std::vector<T>& scratch_buffer(const AttentionProblem<T>& pb, std::vector<T>& lo
   return buffer;
 }
 
-// y (rows, out) = x (rows, in) W^T + b, W (out, in) with leading dimension ldw: one GEMM,
-// the bias broadcast first and the product added on top with beta = 1.
+// y (rows, out) = x (rows, in) W^T + b, given W^T (in, out) with leading dimension ldw: one
+// GEMM, the bias broadcast first and the product added on top with beta = 1.
 template <class T>
-void linear_into(const T* x, std::size_t rows, std::size_t in, const T* weight, std::size_t ldw, std::size_t out,
+void linear_into(const T* x, std::size_t rows, std::size_t in, const T* weight_t, std::size_t ldw, std::size_t out,
                  const T* bias, T* y) {
   for (std::size_t r = 0; r < rows; ++r) {
     T* yr = y + r * out;
@@ -95,7 +95,20 @@ void linear_into(const T* x, std::size_t rows, std::size_t in, const T* weight, 
     else std::fill(yr, yr + out, T(0));
   }
   // (rows, in) x (in, out) -> (rows, out)
-  gemm<T>(/*trans_a=*/false, /*trans_b=*/true, rows, out, in, T(1), x, in, weight, ldw, /*beta=*/T(1), y, out);
+  gemm<T>(/*trans_a=*/false, /*trans_b=*/false, rows, out, in, T(1), x, in, weight_t, ldw, /*beta=*/T(1), y, out);
+}
+
+// linear_into with the rows split into one block per thread: each thread runs a
+// single-threaded GEMM on its block, (rows/threads, in) x (in, out), against the shared W^T.
+template <class T>
+void parallel_linear_into(const T* x, std::size_t rows, std::size_t in, const T* weight_t, std::size_t ldw,
+                          std::size_t out, const T* bias, T* y, int threads) {
+  // Blocks below 32 rows would leave OpenBLAS's kernels too little to do.
+  const std::size_t blocks = std::clamp<std::size_t>(rows / 32, 1, static_cast<std::size_t>(std::max(1, threads)));
+  parallel_for(blocks, threads, [&](std::size_t block) {
+    const std::size_t first = rows * block / blocks, last = rows * (block + 1) / blocks;
+    linear_into(x + first * in, last - first, in, weight_t, ldw, out, bias, y + first * out);
+  });
 }
 
 // exp(x) for the x <= 0 of a softmax, in float: Cephes' expf (range reduction by ln 2, a
@@ -209,46 +222,65 @@ inline bool has_avx2() {
 #endif
 }
 
-// Mask + softmax of the L rows of one batch-head's (L, S) scores.
+// Mask + softmax of `rows` rows of one batch-head's scores, starting at query row `first`.
 template <class T>
-[[gnu::always_inline]] inline void softmax_rows_kernel(T* scores, std::size_t L, std::size_t S,
+[[gnu::always_inline]] inline void softmax_rows_kernel(T* scores, std::size_t first, std::size_t rows, std::size_t S,
                                                        const AdditiveMasks<T>& masks, std::size_t b, std::size_t n) {
   const T* padding = masks.padding_row(n);
-  for (std::size_t i = 0; i < L; ++i) masked_softmax_row(scores + i * S, S, masks.attn_row(b, i), padding);
+  for (std::size_t i = 0; i < rows; ++i) masked_softmax_row(scores + i * S, S, masks.attn_row(b, first + i), padding);
 }
 #if defined(__x86_64__)
 template <class T>
-[[gnu::target("avx2,fma")]] void softmax_rows_avx2(T* scores, std::size_t L, std::size_t S, const AdditiveMasks<T>& masks,
-                                                   std::size_t b, std::size_t n) {
-  softmax_rows_kernel(scores, L, S, masks, b, n);
+[[gnu::target("avx2,fma")]] void softmax_rows_avx2(T* scores, std::size_t first, std::size_t rows, std::size_t S,
+                                                   const AdditiveMasks<T>& masks, std::size_t b, std::size_t n) {
+  softmax_rows_kernel(scores, first, rows, S, masks, b, n);
 }
 #endif
 template <class T>
-void softmax_rows(T* scores, std::size_t L, std::size_t S, const AdditiveMasks<T>& masks, std::size_t b, std::size_t n) {
+void softmax_rows(T* scores, std::size_t first, std::size_t rows, std::size_t S, const AdditiveMasks<T>& masks,
+                  std::size_t b, std::size_t n) {
 #if defined(__x86_64__)
-  if (has_avx2()) return softmax_rows_avx2(scores, L, S, masks, b, n);
+  if (has_avx2()) return softmax_rows_avx2(scores, first, rows, S, masks, b, n);
 #endif
-  softmax_rows_kernel(scores, L, S, masks, b, n);
+  softmax_rows_kernel(scores, first, rows, S, masks, b, n);
 }
 
-// One batch-head: scores, mask + softmax, dropout, P . v. `scores` is (L, S), either
-// this head's slice of the returned weights or scratch.
+// How many query rows a head works on at a time: their (rows, S) scores take at most
+// 4 MiB, so the scratch stays bounded however long the sequences. A block smaller than the
+// head costs OpenBLAS a new packing of k and v for each block; at L = S = 1024 in float a
+// head still fits whole, and splitting it to fit a 1 MiB L2 cache measured slower here.
 template <class T>
-void attend_head(const AttentionProblem<T>& pb, std::size_t b, T* scores) {
+std::size_t rows_per_block(std::size_t L, std::size_t S) {
+  const std::size_t fit = (std::size_t{4} * 1024 * 1024 / sizeof(T)) / std::max<std::size_t>(S, 1);
+  return std::clamp<std::size_t>(fit, 16, std::max<std::size_t>(L, 1));
+}
+
+// One batch-head, a block of query rows at a time: scores, mask + softmax, dropout, P . v.
+// The scores go to `weights`, this head's (L, S) slice of the returned weights, or, when
+// the weights are not kept, to `scratch`, one block's (rows_per_block, S).
+template <class T>
+void attend_head(const AttentionProblem<T>& pb, std::size_t b, T* weights, T* scratch) {
   const std::size_t n = b / pb.H, h = b % pb.H, L = pb.L, S = pb.S, D = pb.D;
-  // 1) scores = q_h . k_h^T: (L, D) x (D, S) -> (L, S), straight from the strided views
-  gemm<T>(/*trans_a=*/false, /*trans_b=*/true, L, S, D, T(1), pb.q.head(n, h, D), pb.q.row_stride,
-          pb.k.head(n, h, D), pb.k.row_stride, /*beta=*/T(0), scores, S);
-  // 2) mask + softmax per row, 3) dropout (training only), row by row as the reference draws
-  softmax_rows(scores, L, S, pb.masks, b, n);
-  if (pb.dropout_p > 0)
-    for (std::size_t i = 0; i < L; ++i) dropout_row(scores + i * S, S, pb.dropout_p, *pb.generator);
-  // 4) output_h = P . v_h: (L, S) x (S, D) -> (L, D), into columns [h*D, (h+1)*D) of (L, N, E)
-  gemm<T>(/*trans_a=*/false, /*trans_b=*/false, L, D, S, T(1), scores, S, pb.v.head(n, h, D), pb.v.row_stride,
-          /*beta=*/T(0), pb.out.head(n, h, D), pb.out.row_stride);
+  const std::size_t block = rows_per_block<T>(L, S);
+  for (std::size_t first = 0; first < L; first += block) {
+    const std::size_t rows = std::min(block, L - first);
+    T* scores = weights ? weights + first * S : scratch;  // (rows, S)
+    // 1) scores = q_h . k_h^T: (rows, D) x (D, S) -> (rows, S), straight from the strided views
+    const T* q = pb.q.head(n, h, D) + first * pb.q.row_stride;
+    gemm<T>(/*trans_a=*/false, /*trans_b=*/true, rows, S, D, T(1), q, pb.q.row_stride, pb.k.head(n, h, D),
+            pb.k.row_stride, /*beta=*/T(0), scores, S);
+    // 2) mask + softmax per row, 3) dropout (training only), row by row as the reference draws
+    softmax_rows(scores, first, rows, S, pb.masks, b, n);
+    if (pb.dropout_p > 0)
+      for (std::size_t i = 0; i < rows; ++i) dropout_row(scores + i * S, S, pb.dropout_p, *pb.generator);
+    // 4) output_h = P . v_h: (rows, S) x (S, D) -> (rows, D), into columns [h*D, (h+1)*D) of (L, N, E)
+    T* out = pb.out.head(n, h, D) + first * pb.out.row_stride;
+    gemm<T>(/*trans_a=*/false, /*trans_b=*/false, rows, D, S, T(1), scores, S, pb.v.head(n, h, D), pb.v.row_stride,
+            /*beta=*/T(0), out, pb.out.row_stride);
+  }
 }
 
-// Every batch-head. weights: (B, L, S) to keep them, or nullptr (scratch per task).
+// Every batch-head. weights: (B, L, S) to keep them, or nullptr (scratch per worker).
 // With dropout the heads run in order on one thread: the draws then come in the
 // reference's order and the results equal it.
 template <class T>
@@ -257,18 +289,15 @@ void fast_attention(const AttentionProblem<T>& pb, T* weights) {
   // Threads pay off once a head is more than a few small GEMMs (2*L*S*D flops each way).
   const bool big = 4.0 * static_cast<double>(LS) * static_cast<double>(pb.D) * static_cast<double>(B) > 4e6;
   const int threads = pb.dropout_p > 0 || !big ? 1 : num_threads();
-  if (weights) {
-    parallel_for(B, threads, [&](std::size_t b) { attend_head(pb, b, weights + b * LS); });
-    return;
-  }
-  // One (L, S) scratch per worker, each worker taking the next head when it is free.
-  std::atomic<std::size_t> next_head{0};
+  // One block of scores per worker, each worker taking the next head when it is free.
   const std::size_t workers = std::min<std::size_t>(B, static_cast<std::size_t>(threads));
+  const std::size_t block_size = weights ? 0 : rows_per_block<T>(pb.L, pb.S) * pb.S;
   if (pb.scratch && pb.scratch->size() < workers) pb.scratch->resize(workers);
+  std::atomic<std::size_t> next_head{0};
   parallel_for(workers, threads, [&](std::size_t slot) {
     std::vector<T> local;
-    T* scores = scratch_buffer(pb, local, slot, LS).data();  // (L, S)
-    for (std::size_t b = next_head++; b < B; b = next_head++) attend_head(pb, b, scores);
+    T* scratch = scratch_buffer(pb, local, slot, block_size).data();  // (rows_per_block, S)
+    for (std::size_t b = next_head++; b < B; b = next_head++) attend_head(pb, b, weights ? weights + b * LS : nullptr, scratch);
   });
 }
 
