@@ -210,12 +210,20 @@ void dropout_row(T* row, std::size_t n, double p, Generator& generator) {
   for (std::size_t j = 0; j < n; ++j) row[j] *= generator.bernoulli(p) ? T(0) : scale;
 }
 
-// The row kernels above are compiled into each caller below twice, for baseline x86-64
-// (SSE2, 4 floats a vector) and for AVX2 + FMA (8), and the CPU picks at run time; the
-// library itself stays buildable and runnable for any x86-64.
+// The row kernels above are compiled into each caller below three times, for baseline
+// x86-64 (SSE2, 4 floats a vector), for AVX2 + FMA (8) and for AVX-512 (16), and the CPU
+// picks at run time; the library itself stays buildable and runnable for any x86-64.
 inline bool has_avx2() {
 #if defined(__x86_64__)
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+#else
+  return false;
+#endif
+}
+inline bool has_avx512() {
+#if defined(__x86_64__)
+  static const bool yes = has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
   return yes;
 #else
   return false;
@@ -235,11 +243,18 @@ template <class T>
                                                    const AdditiveMasks<T>& masks, std::size_t b, std::size_t n) {
   softmax_rows_kernel(scores, first, rows, S, masks, b, n);
 }
+template <class T>
+[[gnu::target("avx512f,avx512dq,avx2,fma")]] void softmax_rows_avx512(T* scores, std::size_t first, std::size_t rows,
+                                                                      std::size_t S, const AdditiveMasks<T>& masks,
+                                                                      std::size_t b, std::size_t n) {
+  softmax_rows_kernel(scores, first, rows, S, masks, b, n);
+}
 #endif
 template <class T>
 void softmax_rows(T* scores, std::size_t first, std::size_t rows, std::size_t S, const AdditiveMasks<T>& masks,
                   std::size_t b, std::size_t n) {
 #if defined(__x86_64__)
+  if (has_avx512()) return softmax_rows_avx512(scores, first, rows, S, masks, b, n);
   if (has_avx2()) return softmax_rows_avx2(scores, first, rows, S, masks, b, n);
 #endif
   softmax_rows_kernel(scores, first, rows, S, masks, b, n);

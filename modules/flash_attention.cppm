@@ -77,7 +77,7 @@ struct TileRows {
 };
 
 // Mask and online softmax update of every row of a tile; compiled for baseline x86-64
-// and for AVX2 + FMA like softmax_rows in :fast_attention.
+// and for AVX2 + FMA and AVX-512, like softmax_rows in :fast_attention.
 template <class T>
 [[gnu::always_inline]] inline void online_softmax_tile_kernel(const AdditiveMasks<T>& masks, const TileRows<T>& t,
                                                               OnlineSoftmax<T>& state) {
@@ -95,10 +95,17 @@ template <class T>
                                                           OnlineSoftmax<T>& state) {
   online_softmax_tile_kernel(masks, t, state);
 }
+template <class T>
+[[gnu::target("avx512f,avx512dq,avx2,fma")]] void online_softmax_tile_avx512(const AdditiveMasks<T>& masks,
+                                                                             const TileRows<T>& t,
+                                                                             OnlineSoftmax<T>& state) {
+  online_softmax_tile_kernel(masks, t, state);
+}
 #endif
 template <class T>
 void online_softmax_tile(const AdditiveMasks<T>& masks, const TileRows<T>& t, OnlineSoftmax<T>& state) {
 #if defined(__x86_64__)
+  if (has_avx512()) return online_softmax_tile_avx512(masks, t, state);
   if (has_avx2()) return online_softmax_tile_avx2(masks, t, state);
 #endif
   online_softmax_tile_kernel(masks, t, state);
