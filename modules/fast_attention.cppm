@@ -154,7 +154,7 @@ template <bool with_attn, bool with_padding, class T>
     if constexpr (with_attn && with_padding) x += attn[at] + padding[at];
     else if constexpr (with_attn) x += attn[at];
     else if constexpr (with_padding) x += padding[at];
-    row[at] = x;
+    if constexpr (with_attn || with_padding) row[at] = x;  // without masks the row stays as it is
     max[lane] = x > max[lane] ? x : max[lane];
   };
   for (; j + lanes <= n; j += lanes)
@@ -177,17 +177,19 @@ template <class T>
 // reduction over S terms; the order changes only the last bits).
 template <class T>
 [[gnu::always_inline]] inline T exp_and_sum(T* row, std::size_t n, T max) {
-  if constexpr (std::is_same_v<T, float>) {
-#pragma clang loop vectorize(enable) interleave_count(1)
-    for (std::size_t j = 0; j < n; ++j) row[j] = exp_nonpositive(row[j] - max);
-  } else {  // std::exp of double: a library call per element, nothing to vectorise
-    for (std::size_t j = 0; j < n; ++j) row[j] = exp_nonpositive(row[j] - max);
-  }
   T sum = 0;
-  {
+  if constexpr (std::is_same_v<T, float>) {
 #pragma clang fp reassociate(on)
 #pragma clang loop vectorize(enable) interleave_count(1)
-    for (std::size_t j = 0; j < n; ++j) sum += row[j];
+    for (std::size_t j = 0; j < n; ++j) {
+      row[j] = exp_nonpositive(row[j] - max);
+      sum += row[j];
+    }
+  } else {  // std::exp of double: a library call per element, nothing to vectorise
+    for (std::size_t j = 0; j < n; ++j) {
+      row[j] = exp_nonpositive(row[j] - max);
+      sum += row[j];
+    }
   }
   return sum;
 }
@@ -198,8 +200,11 @@ template <class T>
 [[gnu::always_inline]] inline void masked_softmax_row(T* row, std::size_t n, const T* attn, const T* padding) {
   const T max = add_masks_and_max(row, n, attn, padding);
   const T sum = exp_and_sum(row, n, max);
+  // One division a row, then S multiplications: x * (1/sum) differs from x / sum by at most
+  // a rounding of 1/sum.
+  const T inverse = T(1) / sum;
 #pragma clang loop vectorize(enable) interleave_count(1)
-  for (std::size_t j = 0; j < n; ++j) row[j] /= sum;
+  for (std::size_t j = 0; j < n; ++j) row[j] *= inverse;
 }
 
 // Dropout on one row of weights, drawing in the reference's order (row by row).
