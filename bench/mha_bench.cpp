@@ -78,8 +78,8 @@ void bench_sgemm(benchmark::State& state, std::size_t n) {
   using index = xt::blas_index_t;
   const auto m = static_cast<index>(n);
   for (auto _ : state) {
-    cxxblas::gemm<index>(cxxblas::RowMajor, cxxblas::NoTrans, cxxblas::NoTrans, m, m, m, 1.0f, a.data(), m,
-                         b.data(), m, 0.0f, c.data(), m);
+    cxxblas::gemm<index>(cxxblas::RowMajor, cxxblas::NoTrans, cxxblas::NoTrans, m, m, m, 1.0f, a.data(), m, b.data(), m,
+                         0.0f, c.data(), m);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -106,12 +106,14 @@ int run_memory() {
   const double peak_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
   // N*H*L*S float32 weights, the (N*H, L, S) matrix the other paths form.
   const double matrix_mib = static_cast<double>(s.N * s.H * s.L * s.L) * sizeof(float) / (1024.0 * 1024.0);
-  fmt::print("memory L=S={} N={} E={} H={} need_weights=false: peak RSS {:.0f} MiB (a materialised attention "
-             "matrix needs {:.0f} MiB)\n",
-             s.L, s.N, s.E, s.H, peak_mib, matrix_mib);
+  fmt::print(
+      "memory L=S={} N={} E={} H={} need_weights=false: peak RSS {:.0f} MiB (a materialised attention "
+      "matrix needs {:.0f} MiB)\n",
+      s.L, s.N, s.E, s.H, peak_mib, matrix_mib);
   fmt::print("memory forward took {:.2f} s with {} threads, path {}; output finite: {}\n", seconds, mha::num_threads(),
-             module.resolved_attention_path(false, s.L, s.L) == mha::AttentionPath::memory_efficient ? "memory_efficient"
-                                                                                                     : "other",
+             module.resolved_attention_path(false, s.L, s.L) == mha::AttentionPath::memory_efficient
+                 ? "memory_efficient"
+                 : "other",
              static_cast<bool>(xt::all(xt::isfinite(out.attn_output))));
   return 0;
 }
@@ -156,9 +158,9 @@ int main(int argc, char** argv) {
     const mha::AttentionPath path = path_from_name(args.path);
     for (const auto& s : tiny ? tiny_shapes : benchmark_shapes)
       for (bool need_weights : {true, false})
-        benchmark::RegisterBenchmark(fmt::format("mha/L={}/N={}/E={}/H={}/need_weights={}", s.L, s.N, s.E, s.H,
-                                                 need_weights).c_str(),
-                                     bench_forward, s, need_weights, path)
+        benchmark::RegisterBenchmark(
+            fmt::format("mha/L={}/N={}/E={}/H={}/need_weights={}", s.L, s.N, s.E, s.H, need_weights).c_str(),
+            bench_forward, s, need_weights, path)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
     const std::size_t n = tiny ? 64 : 2048;

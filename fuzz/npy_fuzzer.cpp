@@ -18,14 +18,10 @@ namespace {
 // The parsed array must hold exactly shape x itemsize bytes: what every consumer relies on.
 void check_consistent(const mha::NpyArray& array) {
   std::size_t itemsize = 0;
-  if (array.descr == "<f4")
-    itemsize = 4;
-  else if (array.descr == "<f8")
-    itemsize = 8;
-  else if (array.descr == "|b1")
-    itemsize = 1;
-  else
-    return;
+  if (array.descr == "<f4") itemsize = 4;
+  else if (array.descr == "<f8") itemsize = 8;
+  else if (array.descr == "|b1") itemsize = 1;
+  else return;
   if (array.bytes.size() != array.size() * itemsize) std::abort();
 }
 
@@ -36,12 +32,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const mha::NpyArray array = mha::parse_npy(bytes, "fuzz.npy");
     check_consistent(array);
-    if (array.descr == "<f8")
-      (void)mha::to_xarray<double>(array, "fuzz");
-    else if (array.descr == "|b1")
-      (void)mha::to_xarray<bool>(array, "fuzz");
-    else
-      (void)mha::to_xarray<float>(array, "fuzz");  // '<f4'; any other dtype must be rejected with mha::Error
+    if (array.descr == "<f8") (void)mha::to_xarray<double>(array, "fuzz");
+    else if (array.descr == "|b1") (void)mha::to_xarray<bool>(array, "fuzz");
+    else (void)mha::to_xarray<float>(array, "fuzz");  // '<f4'; any other dtype must be rejected with mha::Error
   } catch (const mha::Error&) {
     // A clear rejection: what the reader should do with a malformed file.
   }

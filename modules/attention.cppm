@@ -97,18 +97,16 @@ struct Attention {
 // q (B, L, D), k (B, S, D), v (B, S, D), mask (1 or B, L, S), additive -> Attention
 template <class T>
 Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
-                                          const xt::xtensor<T, 3>& v,
-                                          const std::optional<xt::xtensor<T, 3>>& mask,
+                                          const xt::xtensor<T, 3>& v, const std::optional<xt::xtensor<T, 3>>& mask,
                                           double dropout_p, Generator& generator) {
   const std::size_t B = q.shape(0), L = q.shape(1), D = q.shape(2), S = k.shape(1);
-  check(k.shape(0) == B && k.shape(2) == D, "key", "expected shape {}, got {}",
-        shape_string({B, S, D}), shape_string(k.shape()));
-  check(v.shape(0) == B && v.shape(1) == S, "value", "expected batch-heads and length {}, got {}",
-        shape_string({B, S}), shape_string(v.shape()));
-  check(!mask || ((mask->shape(0) == 1 || mask->shape(0) == B) && mask->shape(1) == L &&
-                  mask->shape(2) == S),
-        "attn_mask", "expected shape {} or {}, got {}", shape_string({1, L, S}),
-        shape_string({B, L, S}), shape_string(mask ? mask->shape() : q.shape()));
+  check(k.shape(0) == B && k.shape(2) == D, "key", "expected shape {}, got {}", shape_string({B, S, D}),
+        shape_string(k.shape()));
+  check(v.shape(0) == B && v.shape(1) == S, "value", "expected batch-heads and length {}, got {}", shape_string({B, S}),
+        shape_string(v.shape()));
+  check(!mask || ((mask->shape(0) == 1 || mask->shape(0) == B) && mask->shape(1) == L && mask->shape(2) == S),
+        "attn_mask", "expected shape {} or {}, got {}", shape_string({1, L, S}), shape_string({B, L, S}),
+        shape_string(mask ? mask->shape() : q.shape()));
   const std::size_t Dv = v.shape(2);
 
   // 1) scale q, as PyTorch 2.x does (q * sqrt(1/D)), before the matmul rather than after.

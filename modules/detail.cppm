@@ -13,9 +13,8 @@ namespace mha::detail {
 // C (m, n) = alpha * op(A) op(B) + beta * C, row-major, with leading dimensions lda, ldb,
 // ldc. op(A) is A (m, k) or, with trans_a, the transpose of A (k, m); likewise B.
 template <class T>
-void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha,
-          const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c,
-          std::size_t ldc) {
+void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
+          const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
   using index = xt::blas_index_t;
   if (m == 0 || n == 0) return;
   if (k == 0) {  // an empty sum: BLAS would reject lda = 0, the answer is beta * C
@@ -24,9 +23,8 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
     return;
   }
   cxxblas::gemm<index>(cxxblas::RowMajor, trans_a ? cxxblas::Trans : cxxblas::NoTrans,
-                       trans_b ? cxxblas::Trans : cxxblas::NoTrans, static_cast<index>(m),
-                       static_cast<index>(n), static_cast<index>(k), alpha, a,
-                       static_cast<index>(lda), b, static_cast<index>(ldb), beta, c,
+                       trans_b ? cxxblas::Trans : cxxblas::NoTrans, static_cast<index>(m), static_cast<index>(n),
+                       static_cast<index>(k), alpha, a, static_cast<index>(lda), b, static_cast<index>(ldb), beta, c,
                        static_cast<index>(ldc));
 }
 
@@ -44,8 +42,8 @@ xt::xtensor<T, N> linear(const xt::xtensor<T, N>& x, const xt::xtensor<T, 2>& we
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t j = 0; j < out; ++j) y.data()[r * out + j] = bias ? (*bias)(j) : T(0);
   // (rows, in) x (in, out) -> (rows, out)
-  gemm<T>(/*trans_a=*/false, /*trans_b=*/true, rows, out, in, T(1), x.data(), in,
-          weight.data(), in, /*beta=*/T(1), y.data(), out);
+  gemm<T>(/*trans_a=*/false, /*trans_b=*/true, rows, out, in, T(1), x.data(), in, weight.data(), in, /*beta=*/T(1),
+          y.data(), out);
   return y;
 }
 

@@ -29,7 +29,10 @@ inline std::string shape_string(std::initializer_list<std::size_t> shape) {
 
 // Any xtensor shape type (std::array, svector, std::vector).
 template <class Shape>
-  requires requires(const Shape& s) { s.begin(); s.end(); }
+requires requires(const Shape& s) {
+  s.begin();
+  s.end();
+}
 std::string shape_string(const Shape& shape) {
   std::vector<std::size_t> dims(shape.begin(), shape.end());
   return shape_string(std::span<const std::size_t>(dims));
@@ -37,10 +40,8 @@ std::string shape_string(const Shape& shape) {
 
 // Throws mha::Error("<argument>: <message>") unless the condition holds.
 template <class... Args>
-void check(bool condition, std::string_view argument, fmt::format_string<Args...> message,
-           Args&&... args) {
-  if (!condition)
-    throw Error(fmt::format("{}: {}", argument, fmt::format(message, std::forward<Args>(args)...)));
+void check(bool condition, std::string_view argument, fmt::format_string<Args...> message, Args&&... args) {
+  if (!condition) throw Error(fmt::format("{}: {}", argument, fmt::format(message, std::forward<Args>(args)...)));
 }
 
 }  // namespace mha

@@ -54,8 +54,8 @@ struct OutputHeads {
 // mask(b, i, j) = attn_mask(b or 0, i, j) + key_padding_mask(n, j), PyTorch's merge order.
 template <class T>
 struct AdditiveMasks {
-  const T* attn_mask = nullptr;     // (1 or B, L, S), or none
-  bool attn_mask_per_head = false;  // true for (B, L, S)
+  const T* attn_mask = nullptr;         // (1 or B, L, S), or none
+  bool attn_mask_per_head = false;      // true for (B, L, S)
   const T* key_padding_mask = nullptr;  // (N, S), or none
   std::size_t L = 0, S = 0;
   const T* attn_row(std::size_t b, std::size_t i) const {
@@ -78,7 +78,8 @@ struct AttentionProblem {
 
 // Scratch buffer `slot` of at least `size` values: the caller's, or a local one.
 template <class T>
-std::vector<T>& scratch_buffer(const AttentionProblem<T>& pb, std::vector<T>& local, std::size_t slot, std::size_t size) {
+std::vector<T>& scratch_buffer(const AttentionProblem<T>& pb, std::vector<T>& local, std::size_t slot,
+                               std::size_t size) {
   std::vector<T>& buffer = pb.scratch ? (*pb.scratch)[slot] : local;
   if (buffer.size() < size) buffer.resize(size);
   return buffer;
@@ -317,7 +318,8 @@ void fast_attention(const AttentionProblem<T>& pb, T* weights) {
   parallel_for(workers, threads, [&](std::size_t slot) {
     std::vector<T> local;
     T* scratch = scratch_buffer(pb, local, slot, block_size).data();  // (rows_per_block, S)
-    for (std::size_t b = next_head++; b < B; b = next_head++) attend_head(pb, b, weights ? weights + b * LS : nullptr, scratch);
+    for (std::size_t b = next_head++; b < B; b = next_head++)
+      attend_head(pb, b, weights ? weights + b * LS : nullptr, scratch);
   });
 }
 

@@ -34,8 +34,7 @@ inline constexpr std::size_t key_tile = 256;    // Tk: a (Tq, Tk) float tile is 
 template <class T>
 struct OnlineSoftmax {
   std::vector<T> max, sum;  // (Tq) each
-  explicit OnlineSoftmax(std::size_t rows)
-      : max(rows, -std::numeric_limits<T>::infinity()), sum(rows, T(0)) {}
+  explicit OnlineSoftmax(std::size_t rows) : max(rows, -std::numeric_limits<T>::infinity()), sum(rows, T(0)) {}
 };
 
 // One row of a score tile meets the running state: the tile's maximum raises m, l and o
@@ -84,7 +83,8 @@ template <class T>
   for (std::size_t i = 0; i < t.rows; ++i) {
     T* row = t.scores + i * t.cols;
     const T* attn = masks.attn_row(t.b, t.i0 + i);
-    const T tile_max = add_masks_and_max(row, t.cols, attn ? attn + t.j0 : nullptr, t.padding ? t.padding + t.j0 : nullptr);
+    const T tile_max =
+        add_masks_and_max(row, t.cols, attn ? attn + t.j0 : nullptr, t.padding ? t.padding + t.j0 : nullptr);
     const unsigned char* d = t.drop ? t.drop + i * t.S + t.j0 : nullptr;
     online_softmax_row(row, t.cols, tile_max, state.max[i], state.sum[i], t.output + i * t.ldo, t.D, d, t.keep_scale);
   }
@@ -129,8 +129,9 @@ void attend_query_tile(const AttentionProblem<T>& pb, std::size_t b, std::size_t
     gemm<T>(/*trans_a=*/false, /*trans_b=*/true, rows, cols, D, T(1), q, pb.q.row_stride,
             pb.k.head(n, h, D) + j0 * pb.k.row_stride, pb.k.row_stride, /*beta=*/T(0), scores.data(), cols);
     // 2) mask, then the online softmax update of each row
-    TileRows<T> tile{scores.data(), rows, cols, b, i0, j0, padding, out, ldo, D,
-                     drop.empty() ? nullptr : drop.data(), S, keep_scale};
+    TileRows<T> tile{
+        scores.data(), rows, cols, b, i0, j0, padding, out, ldo, D, drop.empty() ? nullptr : drop.data(), S,
+        keep_scale};
     online_softmax_tile(pb.masks, tile, state);
     // 3) o += P . v_tile: (rows, cols) x (cols, D) -> (rows, D)
     gemm<T>(/*trans_a=*/false, /*trans_b=*/false, rows, D, cols, T(1), scores.data(), cols,
@@ -159,7 +160,7 @@ void flash_attention(const AttentionProblem<T>& pb) {
   parallel_for(workers, threads, [&](std::size_t slot) {
     std::vector<T> local;
     std::vector<T>& scores = scratch_buffer(pb, local, slot, query_tile * key_tile);  // (Tq, Tk)
-    std::vector<unsigned char> drop;               // (Tq, S), with dropout only
+    std::vector<unsigned char> drop;                                                  // (Tq, S), with dropout only
     for (std::size_t t = next++; t < tasks; t = next++) {
       const std::size_t b = t / tiles, i0 = (t % tiles) * query_tile, rows = std::min(query_tile, L - i0);
       if (dropout) {

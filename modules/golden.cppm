@@ -72,7 +72,8 @@ V field(const nlohmann::json& j, const char* section, const char* key, const std
     node = &j[section];
   }
   if (!node->contains(key))
-    throw Error(fmt::format("{}: case.json is missing '{}{}{}'", where, section ? section : "", section ? "." : "", key));
+    throw Error(
+        fmt::format("{}: case.json is missing '{}{}{}'", where, section ? section : "", section ? "." : "", key));
   const nlohmann::json& value = (*node)[key];
   if (!holds<V>(value))
     throw Error(fmt::format("{}: case.json field '{}{}{}': expected {}, got {}", where, section ? section : "",
@@ -98,7 +99,8 @@ inline CaseInfo parse_case_info(std::string_view json, const std::filesystem::pa
   c.dir = dir;
   c.name = dir.filename().string();
   const int format = field<int>(j, nullptr, "format", where);
-  if (format != 1) throw Error(fmt::format("{}: unknown case format version {} (this reader knows version 1)", where, format));
+  if (format != 1)
+    throw Error(fmt::format("{}: unknown case format version {} (this reader knows version 1)", where, format));
   if (j.contains("description")) c.description = field<std::string>(j, nullptr, "description", where);
   c.dtype = field<std::string>(j, nullptr, "dtype", where);
   if (c.dtype != "float32" && c.dtype != "float64")
@@ -119,7 +121,8 @@ inline CaseInfo parse_case_info(std::string_view json, const std::filesystem::pa
   c.rtol = field<double>(j, "tolerance", "rtol", where);
   c.atol = field<double>(j, "tolerance", "atol", where);
   if (!std::isfinite(c.rtol) || !std::isfinite(c.atol) || c.rtol < 0 || c.atol < 0)
-    throw Error(fmt::format("{}: tolerance: expected finite rtol >= 0 and atol >= 0, got rtol={} atol={}", where, c.rtol, c.atol));
+    throw Error(fmt::format("{}: tolerance: expected finite rtol >= 0 and atol >= 0, got rtol={} atol={}", where,
+                            c.rtol, c.atol));
   c.expect_error = field<bool>(j, nullptr, "expect_error", where);
   if (j.contains("inputs") && j["inputs"].is_object()) {
     c.query_is_key = j["inputs"].contains("query_is_key") && field<bool>(j, "inputs", "query_is_key", where);
@@ -154,8 +157,10 @@ std::optional<Mask<T>> load_mask(const std::filesystem::path& file, const std::s
   if (a.descr == "|b1") return Mask<T>(to_xarray<bool>(a, name));
   if (a.descr == npy_descr<T>()) return Mask<T>(to_xarray<T>(a, name));
   if (a.descr == "<f4" || a.descr == "<f8" || a.descr == "<f2")
-    throw Error(fmt::format("{}: expected bool or {} (the query's dtype), got {}", name, dtype_name(npy_descr<T>()), dtype_name(a.descr)));
-  throw Error(fmt::format("{}: only bool and floating types of {} are supported, got {}", name, name, dtype_name(a.descr)));
+    throw Error(fmt::format("{}: expected bool or {} (the query's dtype), got {}", name, dtype_name(npy_descr<T>()),
+                            dtype_name(a.descr)));
+  throw Error(
+      fmt::format("{}: only bool and floating types of {} are supported, got {}", name, name, dtype_name(a.descr)));
 }
 
 template <class T>
@@ -224,8 +229,8 @@ QKV<T> run_in_projection(const MultiheadAttention<T>& module, const Case<T>& c) 
 // The result of comparing one tensor with PyTorch's.
 struct Comparison {
   bool ok = true;
-  double max_abs_err = 0;       // over positions where neither side is NaN
-  std::string mismatch;         // empty when ok: what differs, and where first
+  double max_abs_err = 0;  // over positions where neither side is NaN
+  std::string mismatch;    // empty when ok: what differs, and where first
 };
 
 // |got - expected| <= atol + rtol * |expected| elementwise, NaN equal to NaN, shapes equal.
@@ -283,20 +288,23 @@ CaseResult check_numeric_case(const Case<T>& c) {
       const auto it = std::find_if(got.begin(), got.end(), [&](const auto& g) { return g.first == name; });
       if (it == got.end()) {
         result.passed = false;
-        result.line = fmt::format("FAIL {} tensor={} ({}) was not returned (need_weights={})", c.info.name, name, variant, c.info.need_weights);
+        result.line = fmt::format("FAIL {} tensor={} ({}) was not returned (need_weights={})", c.info.name, name,
+                                  variant, c.info.need_weights);
         return result;
       }
       const auto cmp = compare(*it->second, expected, c.info.rtol, c.info.atol);
       result.max_abs_err = std::max(result.max_abs_err, cmp.max_abs_err);
       if (!cmp.ok) {
         result.passed = false;
-        result.line = fmt::format("FAIL {} tensor={} ({}) max_abs_err={:.3g} {}", c.info.name, name, variant, cmp.max_abs_err, cmp.mismatch);
+        result.line = fmt::format("FAIL {} tensor={} ({}) max_abs_err={:.3g} {}", c.info.name, name, variant,
+                                  cmp.max_abs_err, cmp.mismatch);
         return result;
       }
     }
     if (!c.info.need_weights && out.attn_output_weights) {
       result.passed = false;
-      result.line = fmt::format("FAIL {} ({}) returned attention weights with need_weights=false", c.info.name, variant);
+      result.line =
+          fmt::format("FAIL {} ({}) returned attention weights with need_weights=false", c.info.name, variant);
       return result;
     }
   }

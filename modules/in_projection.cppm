@@ -27,9 +27,9 @@ export namespace mha {
 // the three thirds of in_proj_bias.
 template <class T>
 struct SeparateProjections {
-  xt::xtensor<T, 2> w_q;  // (E, E)
-  xt::xtensor<T, 2> w_k;  // (E, Ek)
-  xt::xtensor<T, 2> w_v;  // (E, Ev)
+  xt::xtensor<T, 2> w_q;                           // (E, E)
+  xt::xtensor<T, 2> w_k;                           // (E, Ek)
+  xt::xtensor<T, 2> w_v;                           // (E, Ev)
   std::optional<xt::xtensor<T, 1>> b_q, b_k, b_v;  // (E) each, or none when bias=False
 };
 
@@ -53,18 +53,18 @@ template <class T, std::size_t N>
 xt::xtensor<T, N> linear(const xt::xtensor<T, N>& x, const xt::xtensor<T, 2>& weight,
                          const std::optional<xt::xtensor<T, 1>>& bias = std::nullopt) {
   check(x.shape(N - 1) == weight.shape(1), "input",
-        "mat1 and mat2 shapes cannot be multiplied: last dimension {} against weight {}",
-        x.shape(N - 1), shape_string(weight.shape()));
+        "mat1 and mat2 shapes cannot be multiplied: last dimension {} against weight {}", x.shape(N - 1),
+        shape_string(weight.shape()));
   if (bias)
-    check(bias->shape(0) == weight.shape(0), "bias", "expected shape {}, got {}",
-          shape_string({weight.shape(0)}), shape_string(bias->shape()));
+    check(bias->shape(0) == weight.shape(0), "bias", "expected shape {}, got {}", shape_string({weight.shape(0)}),
+          shape_string(bias->shape()));
   return detail::linear(x, weight, bias);
 }
 
 // The bias as three (E) thirds [b_q; b_k; b_v], as in_proj_bias.chunk(3).
 template <class T>
-std::optional<xt::xtensor<T, 1>> bias_block(const std::optional<xt::xtensor<T, 1>>& packed,
-                                            std::size_t block, std::size_t E) {
+std::optional<xt::xtensor<T, 1>> bias_block(const std::optional<xt::xtensor<T, 1>>& packed, std::size_t block,
+                                            std::size_t E) {
   if (!packed) return std::nullopt;
   check(block < 3, "block", "expected 0 (q), 1 (k) or 2 (v), got {}", block);
   check(packed->shape(0) == 3 * E, "in_proj_bias", "expected shape {}, got {}", shape_string({3 * E}),
@@ -87,14 +87,13 @@ template <class T>
 SeparateProjections<T> split_packed(const xt::xtensor<T, 2>& in_proj_weight,
                                     const std::optional<xt::xtensor<T, 1>>& in_proj_bias) {
   const std::size_t E = in_proj_weight.shape(1);
-  check(in_proj_weight.shape(0) == 3 * E, "in_proj_weight", "expected shape {}, got {}",
-        shape_string({3 * E, E}), shape_string(in_proj_weight.shape()));
+  check(in_proj_weight.shape(0) == 3 * E, "in_proj_weight", "expected shape {}, got {}", shape_string({3 * E, E}),
+        shape_string(in_proj_weight.shape()));
   if (in_proj_bias)
-    check(in_proj_bias->shape(0) == 3 * E, "in_proj_bias", "expected shape {}, got {}",
-          shape_string({3 * E}), shape_string(in_proj_bias->shape()));
-  return {weight_block(in_proj_weight, 0), weight_block(in_proj_weight, 1),
-          weight_block(in_proj_weight, 2), bias_block(in_proj_bias, 0, E),
-          bias_block(in_proj_bias, 1, E), bias_block(in_proj_bias, 2, E)};
+    check(in_proj_bias->shape(0) == 3 * E, "in_proj_bias", "expected shape {}, got {}", shape_string({3 * E}),
+          shape_string(in_proj_bias->shape()));
+  return {weight_block(in_proj_weight, 0), weight_block(in_proj_weight, 1), weight_block(in_proj_weight, 2),
+          bias_block(in_proj_bias, 0, E),  bias_block(in_proj_bias, 1, E),  bias_block(in_proj_bias, 2, E)};
 }
 
 // W_q, W_k, W_v (E, E) -> in_proj_weight (3E, E); likewise the biases. Only possible when
@@ -102,23 +101,22 @@ SeparateProjections<T> split_packed(const xt::xtensor<T, 2>& in_proj_weight,
 template <class T>
 PackedProjection<T> pack(const SeparateProjections<T>& p) {
   const std::size_t E = p.w_q.shape(0);
-  check(p.w_q.shape(1) == E, "q_proj_weight", "expected shape {}, got {}",
-        shape_string({E, E}), shape_string(p.w_q.shape()));
+  check(p.w_q.shape(1) == E, "q_proj_weight", "expected shape {}, got {}", shape_string({E, E}),
+        shape_string(p.w_q.shape()));
   check(p.w_k.shape(0) == E && p.w_k.shape(1) == E, "k_proj_weight",
-        "cannot pack: packing needs kdim == embed_dim, expected shape {}, got {}",
-        shape_string({E, E}), shape_string(p.w_k.shape()));
+        "cannot pack: packing needs kdim == embed_dim, expected shape {}, got {}", shape_string({E, E}),
+        shape_string(p.w_k.shape()));
   check(p.w_v.shape(0) == E && p.w_v.shape(1) == E, "v_proj_weight",
-        "cannot pack: packing needs vdim == embed_dim, expected shape {}, got {}",
-        shape_string({E, E}), shape_string(p.w_v.shape()));
+        "cannot pack: packing needs vdim == embed_dim, expected shape {}, got {}", shape_string({E, E}),
+        shape_string(p.w_v.shape()));
   const bool has_bias = p.b_q.has_value();
   check(p.b_k.has_value() == has_bias && p.b_v.has_value() == has_bias, "b_k, b_v",
-        "expected all three biases or none, got b_q {}, b_k {}, b_v {}", has_bias,
-        p.b_k.has_value(), p.b_v.has_value());
+        "expected all three biases or none, got b_q {}, b_k {}, b_v {}", has_bias, p.b_k.has_value(),
+        p.b_v.has_value());
   PackedProjection<T> packed{xt::concatenate(xt::xtuple(p.w_q, p.w_k, p.w_v), 0), std::nullopt};
   if (has_bias) {
     for (auto [name, b] : {std::pair{"b_q", &p.b_q}, {"b_k", &p.b_k}, {"b_v", &p.b_v}})
-      check((*b)->shape(0) == E, name, "expected shape {}, got {}", shape_string({E}),
-            shape_string((*b)->shape()));
+      check((*b)->shape(0) == E, name, "expected shape {}, got {}", shape_string({E}), shape_string((*b)->shape()));
     packed.in_proj_bias = xt::concatenate(xt::xtuple(*p.b_q, *p.b_k, *p.b_v), 0);
   }
   return packed;
@@ -143,14 +141,11 @@ enum class Aliasing { none, key_is_value, self_attention };
 // query (L, N, E), key (S, N, E), value (S, N, E) -> q (L, N, E), k, v (S, N, E)
 template <class T>
 QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
-                            const xt::xtensor<T, 3>& value,
-                            const xt::xtensor<T, 2>& in_proj_weight,
-                            const std::optional<xt::xtensor<T, 1>>& in_proj_bias,
-                            Aliasing aliasing = Aliasing::none) {
+                            const xt::xtensor<T, 3>& value, const xt::xtensor<T, 2>& in_proj_weight,
+                            const std::optional<xt::xtensor<T, 1>>& in_proj_bias, Aliasing aliasing = Aliasing::none) {
   const std::size_t E = query.shape(2);
-  check(in_proj_weight.shape(0) == 3 * E && in_proj_weight.shape(1) == E, "in_proj_weight",
-        "expected shape {}, got {}", shape_string({3 * E, E}),
-        shape_string(in_proj_weight.shape()));
+  check(in_proj_weight.shape(0) == 3 * E && in_proj_weight.shape(1) == E, "in_proj_weight", "expected shape {}, got {}",
+        shape_string({3 * E, E}), shape_string(in_proj_weight.shape()));
   if (in_proj_bias)
     check(in_proj_bias->shape(0) == 3 * E, "in_proj_bias", "expected shape {}, got {}", shape_string({3 * E}),
           shape_string(in_proj_bias->shape()));
@@ -177,22 +172,19 @@ QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T,
 // The in-projection of separate weights, as torch.nn.functional._in_projection, with its
 // shape checks. query (L, N, E), key (S, N, Ek), value (S, N, Ev) -> q, k, v as above.
 template <class T>
-QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
-                     const xt::xtensor<T, 3>& value, const SeparateProjections<T>& p) {
+QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
+                     const SeparateProjections<T>& p) {
   const std::size_t Eq = query.shape(2), Ek = key.shape(2), Ev = value.shape(2);
   check(p.w_q.shape(0) == Eq && p.w_q.shape(1) == Eq, "q_proj_weight",
-        "Expecting query weights shape of {}, but got {}", shape_string({Eq, Eq}),
-        shape_string(p.w_q.shape()));
-  check(p.w_k.shape(0) == Eq && p.w_k.shape(1) == Ek, "k_proj_weight",
-        "Expecting key weights shape of {}, but got {}", shape_string({Eq, Ek}),
-        shape_string(p.w_k.shape()));
+        "Expecting query weights shape of {}, but got {}", shape_string({Eq, Eq}), shape_string(p.w_q.shape()));
+  check(p.w_k.shape(0) == Eq && p.w_k.shape(1) == Ek, "k_proj_weight", "Expecting key weights shape of {}, but got {}",
+        shape_string({Eq, Ek}), shape_string(p.w_k.shape()));
   check(p.w_v.shape(0) == Eq && p.w_v.shape(1) == Ev, "v_proj_weight",
-        "Expecting value weights shape of {}, but got {}", shape_string({Eq, Ev}),
-        shape_string(p.w_v.shape()));
+        "Expecting value weights shape of {}, but got {}", shape_string({Eq, Ev}), shape_string(p.w_v.shape()));
   for (auto [name, b] : {std::pair{"b_q", &p.b_q}, {"b_k", &p.b_k}, {"b_v", &p.b_v}})
     if (*b)
-      check((*b)->shape(0) == Eq, name, "Expecting bias shape of {}, but got {}",
-            shape_string({Eq}), shape_string((*b)->shape()));
+      check((*b)->shape(0) == Eq, name, "Expecting bias shape of {}, but got {}", shape_string({Eq}),
+            shape_string((*b)->shape()));
   return {linear(query, p.w_q, p.b_q), linear(key, p.w_k, p.b_k), linear(value, p.w_v, p.b_v)};
 }
 

@@ -236,8 +236,7 @@ xt::xarray<T> group_kv_heads(const xt::xarray<T>& w, std::size_t H, std::size_t 
   for (std::size_t h = 0; h < H; ++h) {
     const auto head = xt::view(w, xt::range(h * D, (h + 1) * D), xt::all());
     const std::size_t g = h / group;
-    if (h % group == 0)
-      xt::view(out, xt::range(g * D, (g + 1) * D), xt::all()) = head;
+    if (h % group == 0) xt::view(out, xt::range(g * D, (g + 1) * D), xt::all()) = head;
     else
       check(head == xt::view(out, xt::range(g * D, (g + 1) * D), xt::all()), name,
             "head {} differs from head {}: with num_key_value_heads = {}, heads {}..{} must be copies of one head", h,

@@ -169,8 +169,8 @@ public:
   void set_parameter(std::string_view name, const xt::xarray<T>& value) {
     require_parameter(name);
     const auto expected = parameter_shape(name);
-    check(std::equal(expected.begin(), expected.end(), value.shape().begin(), value.shape().end()),
-          name, "expected shape {}, got {}", shape_string(expected), shape_string(value.shape()));
+    check(std::equal(expected.begin(), expected.end(), value.shape().begin(), value.shape().end()), name,
+          "expected shape {}, got {}", shape_string(expected), shape_string(value.shape()));
     if (name == "in_proj_weight") in_proj_weight_ = value;
     else if (name == "q_proj_weight") separate_.w_q = value;
     else if (name == "k_proj_weight") separate_.w_k = value;
@@ -195,8 +195,7 @@ public:
     for (const auto& [name, _] : dict)
       check(std::find(names.begin(), names.end(), name) != names.end(), "state_dict",
             "unexpected key '{}' (expected keys: {})", name, fmt::join(names, ", "));
-    for (const auto& name : names)
-      check(dict.contains(name), "state_dict", "missing key '{}'", name);
+    for (const auto& name : names) check(dict.contains(name), "state_dict", "missing key '{}'", name);
     for (const auto& name : names) set_parameter(name, dict.at(name));
   }
 
@@ -224,8 +223,8 @@ public:
   // The same module with the packed in_proj_weight; an error unless kdim == vdim == E.
   MultiheadAttention to_packed() const {
     check(qkv_same_embed_dim(), "kdim, vdim",
-          "cannot pack: in_proj_weight needs kdim == vdim == embed_dim = {}, got kdim = {}, vdim = {}",
-          embed_dim(), kdim(), vdim());
+          "cannot pack: in_proj_weight needs kdim == vdim == embed_dim = {}, got kdim = {}, vdim = {}", embed_dim(),
+          kdim(), vdim());
     Options options = options_;
     options.separate_projections = false;
     return converted(options);
@@ -235,8 +234,8 @@ public:
 
   // The in-projection on sequence-first batched inputs, as multi_head_attention_forward
   // computes it before bias_k/bias_v: q (L, N, E), k (S, N, E), v (S, N, E).
-  QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
-                       const xt::xtensor<T, 3>& value, Aliasing aliasing = Aliasing::none) const {
+  QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
+                       Aliasing aliasing = Aliasing::none) const {
     if (packed()) return in_projection_packed(query, key, value, in_proj_weight_, in_proj_bias_, aliasing);
     return mha::in_projection(query, key, value, separate_projections());
   }
@@ -276,12 +275,14 @@ public:
     Masks masks;
     masks.key_padding_mask = prepare_key_padding_mask(opts.key_padding_mask, g.batched, N, S);  // (N, S)
     masks.causal_hint = opts.is_causal && !masks.key_padding_mask && !opts.need_weights;
-    if (!masks.causal_hint) masks.attn_mask = prepare_attn_mask(opts.attn_mask, g.batched, L, N, S);  // (1 or N*H, L, S)
+    if (!masks.causal_hint)
+      masks.attn_mask = prepare_attn_mask(opts.attn_mask, g.batched, L, N, S);  // (1 or N*H, L, S)
 
     // 3)-10) the attention itself, by the path chosen
     const std::size_t S_total = S + options_.add_bias_kv + options_.add_zero_attn;  // S'
     const AttentionPath path = resolved_attention_path(opts.need_weights, L, S_total);
-    if (path == AttentionPath::reference) return reference_forward(inputs(query, key, value, opts), std::move(masks), opts);
+    if (path == AttentionPath::reference)
+      return reference_forward(inputs(query, key, value, opts), std::move(masks), opts);
     return fast_forward(query, key, value, g, std::move(masks), opts, path);
   }
 
@@ -321,7 +322,7 @@ private:
 
     // 7) one additive mask: attn_mask + key_padding_mask, or the causal mask of the hint
     std::optional<xt::xtensor<T, 3>> mask;
-    if (masks.causal_hint) mask = causal_attn_mask(L, S_total);  // (1, L, S')
+    if (masks.causal_hint) mask = causal_attn_mask(L, S_total);            // (1, L, S')
     else mask = merge_masks(attn_mask, key_padding_mask, num_heads(), L);  // (1 or N*H, L, S')
 
     // 8) attention per head: softmax(q k^T / sqrt(D) + mask) v, dropout in training only
@@ -352,7 +353,7 @@ private:
     std::size_t shape(std::size_t i) const { return dims[i]; }
   };
   SeqShape seq_shape(const xt::xarray<T>& x, bool batched) const {
-    if (!batched) return {{x.shape(0), 1, x.shape(1)}};                        // (L, E) -> (L, 1, E)
+    if (!batched) return {{x.shape(0), 1, x.shape(1)}};                       // (L, E) -> (L, 1, E)
     if (options_.batch_first) return {{x.shape(1), x.shape(0), x.shape(2)}};  // (N, L, E) -> (L, N, E)
     return {{x.shape(0), x.shape(1), x.shape(2)}};
   }
@@ -457,9 +458,9 @@ private:
   // (about 30% faster at E = 64, 7% at E = 1024). Made on the first forward() after the
   // weights change; they cost as much memory again as the weights.
   struct TransposedWeights {
-    std::uint64_t version = 0;  // the weights_version_ they were made from; 0: not made
-    xt::xtensor<T, 2> in_proj;  // (E, 3E): columns [0, E) W_q^T, [E, 2E) W_k^T, [2E, 3E) W_v^T
-    xt::xtensor<T, 2> q, k, v;  // separate: W_q^T (E, E), W_k^T (kdim, E), W_v^T (vdim, E)
+    std::uint64_t version = 0;   // the weights_version_ they were made from; 0: not made
+    xt::xtensor<T, 2> in_proj;   // (E, 3E): columns [0, E) W_q^T, [E, 2E) W_k^T, [2E, 3E) W_v^T
+    xt::xtensor<T, 2> q, k, v;   // separate: W_q^T (E, E), W_k^T (kdim, E), W_v^T (vdim, E)
     xt::xtensor<T, 2> out_proj;  // (E, E)
   };
   struct Workspace {
@@ -515,7 +516,8 @@ private:
       const std::size_t rows = len * N, in = x.shape(x.dimension() - 1);
       T* y = workspace_.buffers.get(rows * width);  // (len, N, width) or (N, len, width)
       detail::parallel_linear_into(x.data(), rows, in, weight_t, ldw, width, bias ? bias + first : nullptr, y, threads);
-      return batch_major ? detail::StridedHeads<T>{y, width, len * width} : detail::StridedHeads<T>{y, N * width, width};
+      return batch_major ? detail::StridedHeads<T>{y, width, len * width}
+                         : detail::StridedHeads<T>{y, N * width, width};
     };
     // A view `offset` columns further on; an empty buffer (no rows) stays null, since adding
     // an offset to a null pointer is undefined.
@@ -529,8 +531,8 @@ private:
         p.q = project_into(query, g.L, w, 3 * E, 0, 3 * E);  // (L, N, 3E)
         p.k = shifted(p.q, E), p.v = shifted(p.q, 2 * E);
       } else if (g.aliasing == Aliasing::key_is_value) {
-        p.q = project_into(query, g.L, w, 3 * E, 0, E);          // (L, N, E)
-        p.k = project_into(key, g.S, w + E, 3 * E, E, 2 * E);    // (S, N, 2E)
+        p.q = project_into(query, g.L, w, 3 * E, 0, E);        // (L, N, E)
+        p.k = project_into(key, g.S, w + E, 3 * E, E, 2 * E);  // (S, N, 2E)
         p.v = shifted(p.k, E);
       } else {
         p.q = project_into(query, g.L, w, 3 * E, 0, E);              // (L, N, E)
@@ -599,12 +601,13 @@ private:
 
   // The causal mask of the is_causal hint as an additive (1, L, S') mask.
   static xt::xtensor<T, 3> causal_attn_mask(std::size_t L, std::size_t S) {
-    return xt::xtensor<T, 3>(xt::view(canonical_mask<T>(xt::xarray<bool>(causal_mask(L, S))), xt::newaxis(), xt::all(), xt::all()));
+    return xt::xtensor<T, 3>(
+        xt::view(canonical_mask<T>(xt::xarray<bool>(causal_mask(L, S))), xt::newaxis(), xt::all(), xt::all()));
   }
 
   // (L, N, E) -> the caller's layout: (N, L, E) batch_first, (L, E) unbatched.
   xt::xarray<T> caller_layout(const xt::xtensor<T, 3>& x, bool batched) const {
-    if (!batched) return xt::xarray<T>(xt::view(x, xt::all(), 0, xt::all()));  // (L, E)
+    if (!batched) return xt::xarray<T>(xt::view(x, xt::all(), 0, xt::all()));     // (L, E)
     if (options_.batch_first) return xt::xarray<T>(xt::transpose(x, {1, 0, 2}));  // (N, L, E)
     return xt::xarray<T>(x);
   }
@@ -643,8 +646,8 @@ private:
           "embed_dim and num_heads must be greater than 0, got embed_dim={} and num_heads={} instead",
           options_.embed_dim, options_.num_heads);
     check(options_.embed_dim % options_.num_heads == 0, "embed_dim",
-          "embed_dim must be divisible by num_heads, got embed_dim={} and num_heads={}",
-          options_.embed_dim, options_.num_heads);
+          "embed_dim must be divisible by num_heads, got embed_dim={} and num_heads={}", options_.embed_dim,
+          options_.num_heads);
     check(options_.kdim.value_or(1) > 0, "kdim", "kdim must be greater than 0, got {}", options_.kdim.value_or(0));
     check(options_.vdim.value_or(1) > 0, "vdim", "vdim must be greater than 0, got {}", options_.vdim.value_or(0));
     check(options_.dropout >= 0.0 && options_.dropout <= 1.0, "dropout",
@@ -692,7 +695,8 @@ private:
     for (auto& x : out_proj_weight_) x = static_cast<T>(g.uniform(-out_bound, out_bound));
     const double std = std::sqrt(1.0 / static_cast<double>(embed_dim()));
     for (auto* b : {&bias_k_, &bias_v_})
-      if (*b) for (auto& x : **b) x = static_cast<T>(g.normal(0.0, std));
+      if (*b)
+        for (auto& x : **b) x = static_cast<T>(g.normal(0.0, std));
     weights_changed();
   }
 
@@ -713,19 +717,23 @@ private:
           "Need attn_mask if specifying the is_causal hint. You may use "
           "generate_square_subsequent_mask to create this mask.");
     const std::size_t qd = query.dimension();
-    check(qd == 2 || qd == 3, "query", "query should be unbatched 2D or batched 3D tensor but received {}-D query tensor", qd);
+    check(qd == 2 || qd == 3, "query",
+          "query should be unbatched 2D or batched 3D tensor but received {}-D query tensor", qd);
     const bool batched = qd == 3;
     const char* kind = batched ? "batched (3-D)" : "unbatched (2-D)";
     check(key.dimension() == qd && value.dimension() == qd, "key, value",
-          "For {} `query`, expected `key` and `value` to be {}-D but found {}-D and {}-D tensors respectively",
-          kind, qd, key.dimension(), value.dimension());
+          "For {} `query`, expected `key` and `value` to be {}-D but found {}-D and {}-D tensors respectively", kind,
+          qd, key.dimension(), value.dimension());
     if (opts.key_padding_mask) {
       const std::size_t d = mask_dimension(*opts.key_padding_mask);
-      check(d == qd - 1, "key_padding_mask", "For {} `query`, expected `key_padding_mask` to be `None` or {}-D but found {}-D tensor instead", kind, qd - 1, d);
+      check(d == qd - 1, "key_padding_mask",
+            "For {} `query`, expected `key_padding_mask` to be `None` or {}-D but found {}-D tensor instead", kind,
+            qd - 1, d);
     }
     if (opts.attn_mask) {
       const std::size_t d = mask_dimension(*opts.attn_mask);
-      check(d == 2 || d == 3, "attn_mask", "For {} `query`, expected `attn_mask` to be `None`, 2-D or 3-D but found {}-D tensor instead", kind, d);
+      check(d == 2 || d == 3, "attn_mask",
+            "For {} `query`, expected `attn_mask` to be `None`, 2-D or 3-D but found {}-D tensor instead", kind, d);
       if (!batched && d == 3) {
         const std::vector<std::size_t> expected{num_heads(), query.shape(0), key.shape(0)};
         const auto got = mask_shape(*opts.attn_mask);
@@ -739,7 +747,8 @@ private:
   // The checks of multi_head_attention_forward on the sequence-first inputs.
   template <class Shaped>
   void check_inputs(const Shaped& q, const Shaped& k, const Shaped& v) const {
-    check(q.shape(2) == embed_dim(), "query", "was expecting embedding dimension of {}, but got {}", embed_dim(), q.shape(2));
+    check(q.shape(2) == embed_dim(), "query", "was expecting embedding dimension of {}, but got {}", embed_dim(),
+          q.shape(2));
     check(q.shape(1) > 0, "query", "expected a batch of at least one sequence, got a batch of {}", q.shape(1));
     check(k.shape(1) == q.shape(1), "key", "expected batch size {} (the query's), but got {}", q.shape(1), k.shape(1));
     check(k.shape(0) == v.shape(0) && k.shape(1) == v.shape(1), "value",
@@ -761,18 +770,19 @@ private:
   }
 
   // attn_mask as a float (1, L, S) or (N*H, L, S) mask, with PyTorch's shape checks.
-  std::optional<xt::xtensor<T, 3>> prepare_attn_mask(const std::optional<Mask<T>>& m, bool batched,
-                                                     std::size_t L, std::size_t N, std::size_t S) const {
+  std::optional<xt::xtensor<T, 3>> prepare_attn_mask(const std::optional<Mask<T>>& m, bool batched, std::size_t L,
+                                                     std::size_t N, std::size_t S) const {
     if (!m) return std::nullopt;
     const xt::xarray<T> mask = canonical_mask(*m);
     if (mask.dimension() == 2) {
-      check(mask.shape(0) == L && mask.shape(1) == S, "attn_mask", "The shape of the 2D attn_mask is {}, but should be {}.",
-            shape_string(mask.shape()), shape_string({L, S}));
+      check(mask.shape(0) == L && mask.shape(1) == S, "attn_mask",
+            "The shape of the 2D attn_mask is {}, but should be {}.", shape_string(mask.shape()), shape_string({L, S}));
       return xt::xtensor<T, 3>(xt::view(mask, xt::newaxis(), xt::all(), xt::all()));  // (1, L, S)
     }
     const std::size_t B = (batched ? N : 1) * num_heads();
     check(mask.shape(0) == B && mask.shape(1) == L && mask.shape(2) == S, "attn_mask",
-          "The shape of the 3D attn_mask is {}, but should be {}.", shape_string(mask.shape()), shape_string({B, L, S}));
+          "The shape of the 3D attn_mask is {}, but should be {}.", shape_string(mask.shape()),
+          shape_string({B, L, S}));
     return xt::xtensor<T, 3>(mask);
   }
 
@@ -793,10 +803,10 @@ private:
   }
 
   // (N*H, L, S) -> (N, H, L, S), or its mean over heads (N, L, S); unbatched without N.
-  xt::xarray<T> output_weights(const xt::xtensor<T, 3>& w, std::size_t N, std::size_t L, std::size_t S,
-                               bool average, bool batched) const {
-    xt::xarray<T> weights = xt::reshape_view(w, {N, num_heads(), L, S});  // (N, H, L, S)
-    if (average) weights = xt::mean(weights, {1});                         // (N, L, S)
+  xt::xarray<T> output_weights(const xt::xtensor<T, 3>& w, std::size_t N, std::size_t L, std::size_t S, bool average,
+                               bool batched) const {
+    xt::xarray<T> weights = xt::reshape_view(w, {N, num_heads(), L, S});                    // (N, H, L, S)
+    if (average) weights = xt::mean(weights, {1});                                          // (N, L, S)
     if (!batched) weights = xt::xarray<T>(xt::strided_view(weights, {0, xt::ellipsis()}));  // drop N
     return weights;
   }
@@ -807,11 +817,11 @@ private:
   Workspace workspace_;
   std::uint64_t weights_version_ = 0;  // see weights_changed()
   Generator dropout_generator_;
-  xt::xtensor<T, 2> in_proj_weight_;          // (3E, E) packed
-  SeparateProjections<T> separate_;            // W_q (E, E), W_k (E, kdim), W_v (E, vdim); biases unused
-  std::optional<xt::xtensor<T, 1>> in_proj_bias_;   // (3E)
-  xt::xtensor<T, 2> out_proj_weight_;          // (E, E)
-  std::optional<xt::xtensor<T, 1>> out_proj_bias_;  // (E)
+  xt::xtensor<T, 2> in_proj_weight_;                  // (3E, E) packed
+  SeparateProjections<T> separate_;                   // W_q (E, E), W_k (E, kdim), W_v (E, vdim); biases unused
+  std::optional<xt::xtensor<T, 1>> in_proj_bias_;     // (3E)
+  xt::xtensor<T, 2> out_proj_weight_;                 // (E, E)
+  std::optional<xt::xtensor<T, 1>> out_proj_bias_;    // (E)
   std::optional<xt::xtensor<T, 3>> bias_k_, bias_v_;  // (1, 1, E)
 };
 

@@ -31,9 +31,8 @@ struct NpyArray {
 // The dtype name of a descr: '<f4' -> "float32", '|b1' -> "bool", '<i4' -> "int32".
 inline std::string dtype_name(std::string_view descr) {
   static constexpr std::pair<std::string_view, std::string_view> names[] = {
-      {"|b1", "bool"},   {"|i1", "int8"},   {"|u1", "uint8"},   {"<i2", "int16"},
-      {"<u2", "uint16"}, {"<f2", "float16"}, {"<i4", "int32"},  {"<u4", "uint32"},
-      {"<f4", "float32"}, {"<i8", "int64"}, {"<u8", "uint64"},  {"<f8", "float64"}};
+      {"|b1", "bool"},  {"|i1", "int8"},   {"|u1", "uint8"},   {"<i2", "int16"}, {"<u2", "uint16"}, {"<f2", "float16"},
+      {"<i4", "int32"}, {"<u4", "uint32"}, {"<f4", "float32"}, {"<i8", "int64"}, {"<u8", "uint64"}, {"<f8", "float64"}};
   for (auto [d, name] : names)
     if (descr == d) return std::string(name);
   return std::string(descr);
@@ -53,7 +52,8 @@ namespace npy_detail {
 inline std::size_t itemsize(std::string_view descr, const std::string& where) {
   // Every dtype dtype_name() knows: one kind letter and the size in bytes, e.g. '<f4'.
   if (dtype_name(descr) != descr) return static_cast<std::size_t>(descr.back() - '0');
-  throw Error(fmt::format("{}: unsupported dtype '{}' (expected a little-endian bool, integer or float)", where, descr));
+  throw Error(
+      fmt::format("{}: unsupported dtype '{}' (expected a little-endian bool, integer or float)", where, descr));
 }
 
 // The value of `key` in NumPy's header dict, e.g. {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
@@ -79,7 +79,9 @@ inline std::vector<std::size_t> parse_shape(std::string_view text, const std::st
   std::vector<std::size_t> shape;
   const std::size_t end = text.size() - 1;  // the ')'
   std::size_t i = 1;
-  const auto skip_spaces = [&] { while (i < end && text[i] == ' ') ++i; };
+  const auto skip_spaces = [&] {
+    while (i < end && text[i] == ' ') ++i;
+  };
   skip_spaces();
   while (i < end) {
     std::size_t value = 0, digits = 0;
@@ -114,7 +116,9 @@ inline NpyArray parse_npy(std::span<const char> file, const std::string& where) 
   for (std::size_t i = 0; i < length_bytes; ++i)
     header_len |= static_cast<std::size_t>(static_cast<unsigned char>(file[8 + i])) << (8 * i);
   const std::size_t data_start = 8 + length_bytes + header_len;
-  if (data_start > file.size()) throw Error(fmt::format("{}: truncated .npy header ({} bytes declared, {} in file)", where, header_len, file.size()));
+  if (data_start > file.size())
+    throw Error(
+        fmt::format("{}: truncated .npy header ({} bytes declared, {} in file)", where, header_len, file.size()));
   const std::string_view header(file.data() + 8 + length_bytes, header_len);
 
   // 2) the header dict: descr, fortran_order, shape

@@ -77,12 +77,9 @@ inline std::size_t safetensors_itemsize(std::string_view dtype) {
 // The safetensors dtype of T: "F32" for float, "F64" for double.
 template <class T>
 constexpr std::string_view safetensors_dtype() {
-  if constexpr (std::is_same_v<T, float>)
-    return "F32";
-  else if constexpr (std::is_same_v<T, double>)
-    return "F64";
-  else
-    static_assert(sizeof(T) == 0, "safetensors: only float and double are supported");
+  if constexpr (std::is_same_v<T, float>) return "F32";
+  else if constexpr (std::is_same_v<T, double>) return "F64";
+  else static_assert(sizeof(T) == 0, "safetensors: only float and double are supported");
 }
 
 // IEEE 754 half precision (1 sign, 5 exponent, 10 mantissa bits) to float, exactly.
@@ -90,12 +87,10 @@ inline float half_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
   float magnitude;
-  if (exponent == 0)
-    magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // zero, subnormal
+  if (exponent == 0) magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // zero, subnormal
   else if (exponent == 31)
     magnitude = mantissa == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
-  else
-    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
+  else magnitude = std::ldexp(static_cast<float>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
   return sign ? -magnitude : magnitude;
 }
 

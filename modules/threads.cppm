@@ -27,7 +27,6 @@ inline int& thread_count() {
   return count;
 }
 
-
 }  // namespace mha::detail
 
 export namespace mha {
@@ -73,7 +72,6 @@ inline void parallel_for(std::size_t count, int threads, const std::function<voi
   openblas_set_num_threads(blas_threads);
   if (failure) std::rethrow_exception(failure);
 }
-
 
 // OpenBLAS held to `threads` threads for a scope, then given back what it had. Small
 // GEMMs finish before a second thread would have woken up.

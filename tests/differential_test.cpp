@@ -300,8 +300,7 @@ TEST_CASE("every path and variant agree on random options, shapes and masks", "[
     // The reference: the readable path of the first variant, with and without weights.
     const Result reference = run(t, variants[0].second, mha::AttentionPath::reference, t.forward.need_weights);
     const Result reference_no_weights = run(t, variants[0].second, mha::AttentionPath::reference, false);
-    if (!reference.output)
-      ++rejected;
+    if (!reference.output) ++rejected;
     else if (const auto& o = reference.output->attn_output;
              std::any_of(o.data(), o.data() + o.size(), [](T x) { return std::isnan(x); }))
       ++with_nan;

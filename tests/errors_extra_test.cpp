@@ -17,10 +17,8 @@ std::string case_json_with(const std::string& field, const std::string& json_val
   nlohmann::json j = nlohmann::json::parse(in);
   const auto dot = field.find('.');
   const auto value = nlohmann::json::parse(json_value);
-  if (dot == std::string::npos)
-    j[field] = value;
-  else
-    j[field.substr(0, dot)][field.substr(dot + 1)] = value;
+  if (dot == std::string::npos) j[field] = value;
+  else j[field.substr(0, dot)][field.substr(dot + 1)] = value;
   return j.dump();
 }
 

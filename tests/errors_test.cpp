@@ -43,7 +43,7 @@ TEST_CASE("construction rejects impossible options", "[errors][options]") {
   CHECK_MHA_ERROR(M(with([](auto& o) { o.num_heads = 0; })), Contains("num_heads=0"));
   CHECK_MHA_ERROR(M(with([](auto& o) { o.num_heads = -2; })), Contains("num_heads=-2"));
   CHECK_MHA_ERROR(M(with([](auto& o) { o.num_heads = 3; })),
-                       Contains("embed_dim:") && Contains("divisible") && Contains("num_heads=3"));
+                  Contains("embed_dim:") && Contains("divisible") && Contains("num_heads=3"));
   CHECK_MHA_ERROR(M(with([](auto& o) { o.kdim = 0; })), Contains("kdim:"));
   CHECK_MHA_ERROR(M(with([](auto& o) { o.vdim = -1; })), Contains("vdim:") && Contains("-1"));
   CHECK_MHA_ERROR(M(with([](auto& o) { o.dropout = 1.5; })), Contains("dropout:") && Contains("1.5"));
@@ -103,10 +103,10 @@ TEST_CASE("is_causal is a hint that needs attn_mask", "[errors][masks]") {
 TEST_CASE("parameters are checked by name and shape", "[errors][state_dict]") {
   mha::MultiheadAttention<float> m(options());
   CHECK_MHA_ERROR(m.set_parameter("in_proj_weight", zeros({3 * E, E + 1})),
-                       Contains("in_proj_weight:") && Contains("expected shape (24, 8), got (24, 9)"));
+                  Contains("in_proj_weight:") && Contains("expected shape (24, 8), got (24, 9)"));
   CHECK_MHA_ERROR(m.set_parameter("in_proj_bias", zeros({E})), Contains("in_proj_bias:") && Contains("(24,)"));
   CHECK_MHA_ERROR(m.set_parameter("q_proj_weight", zeros({E, E})),
-                       Contains("q_proj_weight:") && Contains("no such parameter"));
+                  Contains("q_proj_weight:") && Contains("no such parameter"));
   CHECK_MHA_ERROR(m.parameter("bias_k"), Contains("bias_k:"));
 
   auto dict = m.state_dict();
@@ -129,9 +129,10 @@ TEST_CASE("the building blocks check their shapes", "[errors][in_projection]") {
   const xt::xtensor<float, 3> x = xt::zeros<float>({L, N, E});
   const xt::xtensor<float, 2> w_bad = xt::zeros<float>({3 * E, E + 1});
   CHECK_MHA_ERROR(mha::split_packed(w_bad, std::optional<xt::xtensor<float, 1>>{}),
-                       Contains("in_proj_weight:") && Contains("(27, 9)"));
+                  Contains("in_proj_weight:") && Contains("(27, 9)"));
   CHECK_MHA_ERROR(mha::in_projection_packed(x, x, x, xt::xtensor<float, 2>(xt::zeros<float>({2 * E, E})),
-                                                 std::optional<xt::xtensor<float, 1>>{}), Contains("in_proj_weight:") && Contains("(24, 8)"));
+                                            std::optional<xt::xtensor<float, 1>>{}),
+                  Contains("in_proj_weight:") && Contains("(24, 8)"));
   const xt::xtensor<float, 2> w = xt::zeros<float>({E, E});
   CHECK_MHA_ERROR(mha::linear(xt::xtensor<float, 3>(xt::zeros<float>({L, N, E + 1})), w), Contains("input:"));
   mha::SeparateProjections<float> p{w, w, xt::zeros<float>({E, E + 3}), {}, {}, {}};
@@ -154,7 +155,7 @@ TEST_CASE("the npy reader rejects malformed files", "[errors][npy]") {
   CHECK_MHA_ERROR(mha::read_npy(dir / "missing.npy"), Contains("missing.npy") && Contains("cannot open"));
   CHECK_MHA_ERROR(mha::read_npy(write("magic.npy", "NUMPY" + bytes)), Contains("bad magic"));
   CHECK_MHA_ERROR(mha::read_npy(write("short.npy", bytes.substr(0, bytes.size() - 4))),
-                       Contains("short.npy") && Contains("expected 24 data bytes") && Contains("got 20"));
+                  Contains("short.npy") && Contains("expected 24 data bytes") && Contains("got 20"));
   CHECK_MHA_ERROR(mha::read_npy(write("header.npy", bytes.substr(0, 40))), Contains("truncated .npy header"));
   std::string fortran = bytes;
   fortran.replace(fortran.find("False"), 5, "True ");
@@ -201,6 +202,7 @@ TEST_CASE("a batch of zero sequences is rejected rather than divided by", "[erro
   mha::MultiheadAttention<float> m(options());
   const auto x = zeros({L, 0, E});
   require_rejected(m, x, x, x, {}, "query", "batch of 0");
-  CHECK_MHA_ERROR(mha::merge_heads(xt::xtensor<float, 3>(xt::zeros<float>({std::size_t{4}, L, std::size_t{2}})), 0), Contains("batch:"));
+  CHECK_MHA_ERROR(mha::merge_heads(xt::xtensor<float, 3>(xt::zeros<float>({std::size_t{4}, L, std::size_t{2}})), 0),
+                  Contains("batch:"));
   CHECK_MHA_ERROR(mha::split_heads(xt::xtensor<float, 3>(xt::zeros<float>({L, N, E})), 3), Contains("num_heads:"));
 }

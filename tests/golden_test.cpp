@@ -39,7 +39,8 @@ TEST_CASE("packed cases also run as separate projections", "[golden]") {
 
 TEST_CASE("the golden files regenerate exactly from golden/generate.py", "[golden][regenerate]") {
   // Runs PyTorch (Debian's /usr/bin/python3) and compares every file byte for byte.
-  const std::string command = std::string("\"") + MHA_PYTHON + "\" \"" + MHA_SOURCE_DIR + "/golden/generate.py\" --check";
+  const std::string command =
+      std::string("\"") + MHA_PYTHON + "\" \"" + MHA_SOURCE_DIR + "/golden/generate.py\" --check";
   INFO(command);
   REQUIRE(std::system(command.c_str()) == 0);
 }

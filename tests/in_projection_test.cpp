@@ -107,7 +107,8 @@ TEST_CASE("the module converts between packed and separate without changing its 
   REQUIRE(packed.packed());
   REQUIRE_FALSE(separate.packed());
   REQUIRE(packed_again.packed());
-  CHECK(mha_test::same(xt::xarray<double>(packed_again.parameter("in_proj_weight")), c.parameters.at("in_proj_weight")));
+  CHECK(
+      mha_test::same(xt::xarray<double>(packed_again.parameter("in_proj_weight")), c.parameters.at("in_proj_weight")));
   CHECK(mha_test::same(separate.parameter("k_proj_weight"),
                        xt::xarray<double>(xt::view(c.parameters.at("in_proj_weight"), xt::range(8, 16), xt::all()))));
   const auto a = mha::run_forward(packed, c), b = mha::run_forward(separate, c), d = mha::run_forward(packed_again, c);
@@ -119,10 +120,10 @@ TEST_CASE("packing is impossible when kdim or vdim differs from embed_dim", "[in
   const auto c = mha_test::load<float>("cross_kdim_vdim_seqfirst_f32");
   const auto module = mha::make_module(c);
   REQUIRE_FALSE(module.qkv_same_embed_dim());
-  CHECK_MHA_ERROR(module.to_packed(), Catch::Matchers::Contains("kdim, vdim") &&
-                                                          Catch::Matchers::Contains("cannot pack"));
+  CHECK_MHA_ERROR(module.to_packed(),
+                  Catch::Matchers::Contains("kdim, vdim") && Catch::Matchers::Contains("cannot pack"));
   CHECK_MHA_ERROR(mha::pack(module.separate_projections()),
-                       Catch::Matchers::Contains("k_proj_weight") || Catch::Matchers::Contains("v_proj_weight"));
+                  Catch::Matchers::Contains("k_proj_weight") || Catch::Matchers::Contains("v_proj_weight"));
 }
 
 TEST_CASE("parameter names and shapes are PyTorch's state_dict", "[in_projection][state_dict]") {

@@ -68,7 +68,8 @@ TEST_CASE("forward returns PyTorch's shapes for every layout", "[module][shapes]
   CHECK(mha_test::shape_of(*out.attn_output_weights) == std::vector<std::size_t>{N, L, S});
   mha::ForwardOptions<double> per_head;
   per_head.average_attn_weights = false;
-  CHECK(mha_test::shape_of(*seq_first.forward(q, kv, kv, per_head).attn_output_weights) == std::vector<std::size_t>{N, H, L, S});
+  CHECK(mha_test::shape_of(*seq_first.forward(q, kv, kv, per_head).attn_output_weights) ==
+        std::vector<std::size_t>{N, H, L, S});
   mha::ForwardOptions<double> no_weights;
   no_weights.need_weights = false;
   CHECK_FALSE(seq_first.forward(q, kv, kv, no_weights).attn_output_weights.has_value());

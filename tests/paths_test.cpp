@@ -136,8 +136,8 @@ struct RandomCase {
 };
 
 // Runs the case through `path` on a copy of `module`, same inputs and same dropout draws.
-mha::Output<double> run_path(const mha::MultiheadAttention<double>& module, AttentionPath path,
-                             const RandomCase& rc, const xt::xarray<double>& query, const xt::xarray<double>& key,
+mha::Output<double> run_path(const mha::MultiheadAttention<double>& module, AttentionPath path, const RandomCase& rc,
+                             const xt::xarray<double>& query, const xt::xarray<double>& key,
                              const xt::xarray<double>& value, const mha::ForwardOptions<double>& opts) {
   auto m = module;
   m.set_attention_path(path);
@@ -167,7 +167,8 @@ void check_random_case(const RandomCase& rc) {
   opts.is_causal = rc.is_causal;
   const std::size_t B = batched ? N * H : H;
   if (rc.attn_mask == "bool2d" || rc.attn_mask == "bool3d") {
-    auto m = rc.attn_mask == "bool2d" ? random_bool_mask({rc.L, rc.S}, 0.3, g) : random_bool_mask({B, rc.L, rc.S}, 0.3, g);
+    auto m =
+        rc.attn_mask == "bool2d" ? random_bool_mask({rc.L, rc.S}, 0.3, g) : random_bool_mask({B, rc.L, rc.S}, 0.3, g);
     if (rc.fully_masked_row) xt::strided_view(m, {xt::ellipsis(), 1, xt::all()}) = true;  // query 1 sees no key
     opts.attn_mask = mha::Mask<double>(m);
   } else if (rc.attn_mask == "float2d") {
@@ -245,7 +246,8 @@ TEST_CASE("fast and memory_efficient equal the reference path on random float64 
     cases.push_back(c);
   }
   {
-    auto c = random_case("cross-attention, several tiles, 3-D bool mask, fully masked rows", options(16, 2), L_big, S_big, 2);
+    auto c = random_case("cross-attention, several tiles, 3-D bool mask, fully masked rows", options(16, 2), L_big,
+                         S_big, 2);
     c.attn_mask = "bool3d", c.key_padding_mask = true, c.fully_masked_row = true, c.average = false;
     cases.push_back(c);
   }

@@ -50,8 +50,7 @@ mha::Case<T> load(const std::string& name) {
 
 // Checks shapes first, then values within atol + rtol * |expected| (NaN equal to NaN).
 template <class T, class E>
-void require_close(const std::string& name, const E& got, const xt::xarray<T>& expected, double rtol,
-                   double atol) {
+void require_close(const std::string& name, const E& got, const xt::xarray<T>& expected, double rtol, double atol) {
   const auto cmp = mha::compare<T>(xt::xarray<T>(got), expected, rtol, atol);
   INFO(name << ": max_abs_err=" << cmp.max_abs_err << " " << cmp.mismatch);
   REQUIRE(cmp.ok);

@@ -145,8 +145,7 @@ void run_layer(const Arguments& args, const mha::StateDict<T>& layer, const std:
   fmt::print("run {} (num_heads={}, head_dim={}), seed {}:\n", shown_prefix(prefix), module.num_heads(),
              module.head_dim(), args.seed);
   fmt::print("  query {} (L, N, E), standard normal\n", mha::shape_string(query.shape()));
-  if (module.qkv_same_embed_dim())
-    fmt::print("  key = value = query (self-attention)\n");
+  if (module.qkv_same_embed_dim()) fmt::print("  key = value = query (self-attention)\n");
   else
     fmt::print("  key {}, value {} (S, N, kdim), (S, N, vdim)\n", mha::shape_string(key.shape()),
                mha::shape_string(value.shape()));

@@ -66,10 +66,8 @@ int main(int argc, char** argv) try {
   tutorial::shape("key (S, N, E)", key);
   tutorial::shape("value (S, N, E)", value);
   tutorial::shape("in_proj_weight (3E, E)", W);
-  if (has_bias)
-    tutorial::shape("in_proj_bias (3E)", b);
-  else
-    fmt::print("  no in_proj_bias (bias=False): b_q = b_k = b_v = 0\n");
+  if (has_bias) tutorial::shape("in_proj_bias (3E)", b);
+  else fmt::print("  no in_proj_bias (bias=False): b_q = b_k = b_v = 0\n");
   tutorial::values("query[:, 0, :] (batch 0)", xt::view(query, xt::all(), 0, xt::all()));
 
   tutorial::step(2, "the right way: x W^T + b with blocks Q, K, V in that order");

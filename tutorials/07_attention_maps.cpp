@@ -152,8 +152,7 @@ int main(int argc, char** argv) try {
   tutorial::step(4, "check against PyTorch");
   if (c.info.average_attn_weights)
     verdict.matches("mean of the heads vs PyTorch's weights", mean, c.expected.at("attn_output_weights"));
-  else
-    verdict.matches("per-head weights vs PyTorch's", per_head, c.expected.at("attn_output_weights"));
+  else verdict.matches("per-head weights vs PyTorch's", per_head, c.expected.at("attn_output_weights"));
   verdict.matches("attn_output vs PyTorch's", out.attn_output, c.expected.at("attn_output"));
   return verdict.finish();
 } catch (const std::exception& e) {  // a case this tutorial cannot take, or a file it cannot read

@@ -95,7 +95,7 @@ int main(int argc, char** argv) try {
                   "              rescale is wrong; the memory-efficient path matches PyTorch.");
 
   // One query row of 8 scores and a (8, 2) v; the maximum arrives late, in the last tile.
-  const xt::xarray<double> s = {0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 4.0, 3.0};  // (S)
+  const xt::xarray<double> s = {0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 4.0, 3.0};                          // (S)
   const xt::xarray<double> v = {{1, 0}, {0, 1}, {1, 1}, {2, 0}, {0, 2}, {-1, 1}, {1, -1}, {3, 3}};  // (S, D)
   tutorial::Verdict verdict;  // steps 1-4 in float64, held to the float32 goldens' tolerance
   verdict.tolerance(tutorial::load<float>("need_weights_false_f32"));
@@ -127,8 +127,9 @@ int main(int argc, char** argv) try {
   check_case(verdict, "largest_e16_h4_f32");
   check_case(verdict, "attn_mask_bool_2d_key_padding_mask_bool_f32");
   check_case(verdict, "attn_mask_bool_2d_fully_masked_row");
-  fmt::print("  At L = S = 8192, N = 1, H = 8 the (N*H, L, S) float weights would take 2048 MiB;\n"
-             "  this path holds one 128 x 256 tile of scores per thread instead.\n");
+  fmt::print(
+      "  At L = S = 8192, N = 1, H = 8 the (N*H, L, S) float weights would take 2048 MiB;\n"
+      "  this path holds one 128 x 256 tile of scores per thread instead.\n");
 
   return verdict.finish();
 } catch (const std::exception& e) {  // a case this tutorial cannot take, or a file it cannot read

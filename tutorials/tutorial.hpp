@@ -124,12 +124,10 @@ public:
   bool differs(std::string_view what, const A& got, const B& expected) {
     const auto r = compare(got, expected);
     ok_ = ok_ && !r.ok;
-    if (r.ok)
-      fmt::print("  {:<44} matches PyTorch, but this mistake should not!\n", what);
+    if (r.ok) fmt::print("  {:<44} matches PyTorch, but this mistake should not!\n", what);
     else if (r.max_abs_err > 0)
       fmt::print("  {:<44} differs, as it should (max_abs_err={:.2f})\n", what, r.max_abs_err);
-    else
-      fmt::print("  {:<44} differs, as it should ({})\n", what, r.mismatch);
+    else fmt::print("  {:<44} differs, as it should ({})\n", what, r.mismatch);
     return !r.ok;
   }
 
@@ -152,10 +150,8 @@ public:
 
   // The last line: `OK`, or `MISMATCH max_abs_err=...`; the exit status to return.
   int finish() const {
-    if (ok_)
-      fmt::print("\nOK\n");
-    else
-      fmt::print("\nMISMATCH max_abs_err={:.3g}\n", max_err_);
+    if (ok_) fmt::print("\nOK\n");
+    else fmt::print("\nMISMATCH max_abs_err={:.3g}\n", max_err_);
     return ok_ ? EXIT_SUCCESS : EXIT_FAILURE;
   }
 
