@@ -18,6 +18,21 @@ endfunction()
 
 # 1) install the library, its module interface units and the package config
 step("cmake --install" ${CMAKE_COMMAND} --install "${MHA_BINARY_DIR}" --prefix "${prefix}")
+# The exported target's include directories must all exist in the installed tree (a path
+# from the build machine written under the prefix would leave a broken -I flag).
+file(GLOB target_files "${prefix}/lib*/cmake/mha/mhaTargets*.cmake")
+foreach(target_file IN LISTS target_files)
+  file(STRINGS "${target_file}" include_lines REGEX "INTERFACE_INCLUDE_DIRECTORIES|INCLUDE_DIRECTORIES")
+  foreach(line IN LISTS include_lines)
+    string(REGEX MATCHALL "\\$\\{_IMPORT_PREFIX\\}[^;\"]*" dirs "${line}")
+    foreach(dir IN LISTS dirs)
+      string(REPLACE "\${_IMPORT_PREFIX}" "${prefix}" path "${dir}")
+      if(NOT IS_DIRECTORY "${path}")
+        message(FATAL_ERROR "consumer test: ${target_file} exports the include directory ${dir}, which does not exist")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
 # 2) configure the consumer with find_package(mha) searching only that prefix for mha
 step("configuring tests/consumer" ${CMAKE_COMMAND} -S "${MHA_SOURCE_DIR}/tests/consumer" -B "${work}/build" -G Ninja
      "-DCMAKE_BUILD_TYPE=${MHA_BUILD_TYPE}" "-DCMAKE_CXX_COMPILER=${MHA_CXX_COMPILER}"
