@@ -796,6 +796,8 @@ private:
       for (std::size_t n = 0; n < N; ++n) xt::view(out, S, n, xt::all()) = xt::view(bias, 0, 0, xt::all());
       return out;
     };
+    // add_bias_kv=true gives a module both parameters, and set_parameter cannot remove them.
+    if (!bias_k_ || !bias_v_) throw Error("add_bias_kv: expected the parameters bias_k and bias_v, found none");
     k = append(k, *bias_k_);  // (S+1, N, E)
     v = append(v, *bias_v_);
     if (attn_mask) attn_mask = pad_last(*attn_mask);
