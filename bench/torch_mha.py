@@ -6,6 +6,8 @@ Self-attention (query is key is value), sequence-first (batch_first=False, the d
 float32, eval mode, under torch.no_grad(), need_weights True and False. Each sample times a
 batch of calls long enough to be measured (at least 20 ms, 5 ms with --quick); the result
 is the median over samples, per call, in milliseconds. Prints one JSON list on stdout.
+torch.set_num_threads(N) does not reach the OpenBLAS that Debian's torch calls for its
+GEMMs; bench/compare runs this script with OPENBLAS_NUM_THREADS=N for that.
 """
 import argparse
 import json
