@@ -154,15 +154,20 @@ public:
 
   xt::xarray<T> parameter(std::string_view name) const {
     require_parameter(name);
+    // An optional parameter that require_parameter() has found in this module's options.
+    auto present = [name](const auto& optional) -> xt::xarray<T> {
+      if (!optional) throw Error(fmt::format("{}: no such parameter in this module", name));
+      return *optional;
+    };
     if (name == "in_proj_weight") return in_proj_weight_;
     if (name == "q_proj_weight") return separate_.w_q;
     if (name == "k_proj_weight") return separate_.w_k;
     if (name == "v_proj_weight") return separate_.w_v;
-    if (name == "in_proj_bias") return *in_proj_bias_;
-    if (name == "bias_k") return *bias_k_;
-    if (name == "bias_v") return *bias_v_;
+    if (name == "in_proj_bias") return present(in_proj_bias_);
+    if (name == "bias_k") return present(bias_k_);
+    if (name == "bias_v") return present(bias_v_);
     if (name == "out_proj.weight") return out_proj_weight_;
-    return *out_proj_bias_;
+    return present(out_proj_bias_);
   }
 
   // Sets one parameter; its shape must be PyTorch's. Nothing is reshaped or cast.

@@ -150,8 +150,9 @@ void run_layer(const Arguments& args, const mha::StateDict<T>& layer, const std:
     fmt::print("  key {}, value {} (S, N, kdim), (S, N, vdim)\n", mha::shape_string(key.shape()),
                mha::shape_string(value.shape()));
   fmt::print("  attn_output {} (L, N, E)\n", mha::shape_string(out.attn_output.shape()));
-  fmt::print("  attn_output_weights {} (N, L, S), averaged over heads\n",
-             mha::shape_string(out.attn_output_weights->shape()));
+  if (out.attn_output_weights)  // need_weights=true (the default) returns them
+    fmt::print("  attn_output_weights {} (N, L, S), averaged over heads\n",
+               mha::shape_string(out.attn_output_weights->shape()));
   const std::size_t shown = std::min<std::size_t>(module.embed_dim(), 6);
   std::vector<T> first(out.attn_output.data(), out.attn_output.data() + shown);
   fmt::print("  attn_output[0, 0, :{}] = [{:.6f}]\n", shown, fmt::join(first, ", "));
