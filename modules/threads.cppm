@@ -73,8 +73,8 @@ inline void parallel_for(std::size_t count, int threads, const std::function<voi
   if (failure) std::rethrow_exception(failure);
 }
 
-// OpenBLAS held to `threads` threads for a scope, then given back what it had. Small
-// GEMMs finish before a second thread would have woken up.
+// OpenBLAS held to `threads` threads for a scope, then given back what it had. The fast
+// paths hold it to one thread and split the work over the library's own threads.
 class BlasThreads {
 public:
   explicit BlasThreads(int threads) : saved_(openblas_get_num_threads()) {
