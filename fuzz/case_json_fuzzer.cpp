@@ -4,11 +4,11 @@
 // Any byte string is a possible case.json. The reader must either return a CaseInfo or
 // throw mha::Error; a CaseInfo's options must in turn either build a module or be
 // rejected by the constructor with mha::Error. Anything else is a finding.
+#include "third_party.hpp"  // first: the same global declarations as the module's
+
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
-
-#include "third_party.hpp"
 
 import mha;
 

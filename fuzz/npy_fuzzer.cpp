@@ -3,13 +3,13 @@
 // Any byte string is a possible .npy file. The reader must either return an array whose
 // bytes match its shape and dtype exactly, or throw mha::Error. Anything else (another
 // exception, a crash, a sanitizer report, a leak) is a finding.
+#include "third_party.hpp"  // first: the same global declarations as the module's
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <span>
 #include <string>
-
-#include "third_party.hpp"
 
 import mha;
 

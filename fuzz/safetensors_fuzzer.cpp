@@ -4,6 +4,8 @@
 // Any byte string is a possible .safetensors file. The reader must either return tensors
 // whose bytes match their shapes and dtypes, or throw mha::Error. The reader takes a
 // path, so each input is written to a file of this process first.
+#include "third_party.hpp"  // first: the same global declarations as the module's
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -12,8 +14,6 @@
 #include <string>
 #include <system_error>
 #include <unistd.h>
-
-#include "third_party.hpp"
 
 import mha;
 

@@ -21,7 +21,7 @@ mha::Options options() {
   return o;
 }
 
-xt::xarray<float> zeros(std::vector<std::size_t> shape) { return xt::zeros<float>(shape); }
+xt::xarray<float> zeros(const std::vector<std::size_t>& shape) { return xt::zeros<float>(shape); }
 
 // forward() on inputs of the given shapes must throw mha::Error mentioning `argument`.
 void require_rejected(mha::MultiheadAttention<float>& m, const xt::xarray<float>& q, const xt::xarray<float>& k,

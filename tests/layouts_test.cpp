@@ -80,7 +80,7 @@ void require_same(const std::string& what, const Dict& got, const Dict& expected
   INFO(what);
   REQUIRE(got_keys == expected_keys);
   // A conversion only moves numbers: equality is exact, hence zero tolerance.
-  for (const auto& [k, v] : expected) mha_test::require_close(what + " " + k, got.at(k), v, 0.0, 0.0);
+  for (const auto& [k, v] : expected) mha_test::require_close(fmt::format("{} {}", what, k), got.at(k), v, 0.0, 0.0);
 }
 
 mha::MultiheadAttention<float> module_for(const LayoutCase& c, const Dict& pytorch) {

@@ -15,7 +15,7 @@ mha::Options options() {
   return o;
 }
 
-xt::xarray<double> random_input(std::vector<std::size_t> shape, std::uint64_t seed) {
+xt::xarray<double> random_input(const std::vector<std::size_t>& shape, std::uint64_t seed) {
   mha::Generator g(seed);
   xt::xarray<double> x = xt::zeros<double>(shape);
   for (auto& v : x) v = g.uniform(-1, 1);
@@ -65,10 +65,10 @@ TEST_CASE("forward returns PyTorch's shapes for every layout", "[module][shapes]
   const auto q = random_input({L, N, E}, 1), kv = random_input({S, N, E}, 2);
   auto out = seq_first.forward(q, kv, kv);
   CHECK(mha_test::shape_of(out.attn_output) == std::vector<std::size_t>{L, N, E});
-  CHECK(mha_test::shape_of(*out.attn_output_weights) == std::vector<std::size_t>{N, L, S});
+  CHECK(mha_test::shape_of(mha_test::weights(out)) == std::vector<std::size_t>{N, L, S});
   mha::ForwardOptions<double> per_head;
   per_head.average_attn_weights = false;
-  CHECK(mha_test::shape_of(*seq_first.forward(q, kv, kv, per_head).attn_output_weights) ==
+  CHECK(mha_test::shape_of(mha_test::weights(seq_first.forward(q, kv, kv, per_head))) ==
         std::vector<std::size_t>{N, H, L, S});
   mha::ForwardOptions<double> no_weights;
   no_weights.need_weights = false;
@@ -79,12 +79,12 @@ TEST_CASE("forward returns PyTorch's shapes for every layout", "[module][shapes]
   mha::MultiheadAttention<double> batch_first(o);
   out = batch_first.forward(random_input({N, L, E}, 3), random_input({N, S, E}, 4), random_input({N, S, E}, 5));
   CHECK(mha_test::shape_of(out.attn_output) == std::vector<std::size_t>{N, L, E});
-  CHECK(mha_test::shape_of(*out.attn_output_weights) == std::vector<std::size_t>{N, L, S});
+  CHECK(mha_test::shape_of(mha_test::weights(out)) == std::vector<std::size_t>{N, L, S});
 
   // Unbatched input is never transposed, batch_first or not.
   out = batch_first.forward(random_input({L, E}, 6), random_input({S, E}, 7), random_input({S, E}, 8), per_head);
   CHECK(mha_test::shape_of(out.attn_output) == std::vector<std::size_t>{L, E});
-  CHECK(mha_test::shape_of(*out.attn_output_weights) == std::vector<std::size_t>{H, L, S});
+  CHECK(mha_test::shape_of(mha_test::weights(out)) == std::vector<std::size_t>{H, L, S});
 }
 
 TEST_CASE("a new module is in training mode and dropout acts only there", "[module][dropout]") {
@@ -164,7 +164,7 @@ TEST_CASE("a fully masked row gives NaN, and only that row", "[module][masks]") 
     for (std::size_t n = 0; n < N; ++n) {
       INFO("position " << i << " batch " << n);
       CHECK(std::isnan(out.attn_output(i, n, 0)) == (i == 1));
-      CHECK(std::isnan((*out.attn_output_weights)(n, i, 0)) == (i == 1));
+      CHECK(std::isnan(mha_test::weights(out)(n, i, 0)) == (i == 1));
     }
 }
 
@@ -187,9 +187,10 @@ TEST_CASE("a float key_padding_mask is added, as PyTorch 2.x merges masks", "[mo
   shifted.key_padding_mask = bias;
   const auto c = m.forward(q, kv, kv, shifted), d = m.forward(q, kv, kv);
   // Batch 1's weight on key 2 shrinks; batches 0 and 2 are untouched.
-  CHECK((*c.attn_output_weights)(1, 0, 2) < (*d.attn_output_weights)(1, 0, 2));
-  mha_test::require_close<double>("batch 0 weights", xt::view(*c.attn_output_weights, 0),
-                                  xt::xarray<double>(xt::view(*d.attn_output_weights, 0)), 0, 0);
+  const auto &shifted_weights = mha_test::weights(c), &plain_weights = mha_test::weights(d);  // (N, L, S)
+  CHECK(shifted_weights(1, 0, 2) < plain_weights(1, 0, 2));
+  mha_test::require_close<double>("batch 0 weights", xt::view(shifted_weights, 0),
+                                  xt::xarray<double>(xt::view(plain_weights, 0)), 0, 0);
 }
 
 TEST_CASE("dropout multiplies as PyTorch's does and a dropped NaN stays NaN", "[module][dropout]") {
@@ -207,7 +208,7 @@ TEST_CASE("dropout multiplies as PyTorch's does and a dropped NaN stays NaN", "[
   opts.average_attn_weights = false;
   for (auto path : {mha::AttentionPath::reference, mha::AttentionPath::fast}) {
     m.set_attention_path(path);
-    const auto w = *m.forward(x, x, x, opts).attn_output_weights;  // (N, H, L, L)
+    const auto w = mha_test::weights(m.forward(x, x, x, opts));  // (N, H, L, L)
     INFO("path " << static_cast<int>(path));
     CHECK(xt::all(xt::isnan(xt::view(w, xt::all(), xt::all(), 2, xt::all()))));
     CHECK_FALSE(xt::any(xt::isnan(xt::view(w, xt::all(), xt::all(), 0, xt::all()))));

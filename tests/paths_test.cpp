@@ -7,32 +7,18 @@
 // in exactly the same places.
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
-#include "third_party.hpp"
-
-#include <catch2/catch.hpp>
-
-import mha;
+#include "support.hpp"
 
 namespace {
 
 using mha::AttentionPath;
-
-const std::filesystem::path golden_cases = std::filesystem::path(MHA_SOURCE_DIR) / "golden" / "cases";
+using mha_test::require_close;
 
 const std::vector<std::pair<std::string, AttentionPath>> all_paths = {
     {"reference", AttentionPath::reference},
     {"fast", AttentionPath::fast},
     {"memory_efficient", AttentionPath::memory_efficient},
     {"automatic", AttentionPath::automatic}};
-
-// Shapes first, then values within atol + rtol * |expected|, NaN equal to NaN only.
-template <class T>
-void require_close(const std::string& what, const xt::xarray<T>& got, const xt::xarray<T>& expected, double rtol,
-                   double atol) {
-  const auto cmp = mha::compare<T>(got, expected, rtol, atol);
-  INFO(what << ": max_abs_err=" << cmp.max_abs_err << " " << cmp.mismatch);
-  REQUIRE(cmp.ok);
-}
 
 // One numeric golden case through one path, every variant.
 template <class T>
@@ -58,8 +44,7 @@ void check_golden(const mha::CaseInfo& info, const std::string& path_name, Atten
     const auto out = mha::run_forward(module, run);
     require_close<T>(what + " attn_output", out.attn_output, c.expected.at("attn_output"), info.rtol, info.atol);
     if (run.forward.need_weights) {
-      REQUIRE(out.attn_output_weights.has_value());
-      require_close<T>(what + " attn_output_weights", *out.attn_output_weights, c.expected.at("attn_output_weights"),
+      require_close<T>(what + " attn_output_weights", mha_test::weights(out), c.expected.at("attn_output_weights"),
                        info.rtol, info.atol);
     } else {
       REQUIRE_FALSE(out.attn_output_weights.has_value());
@@ -84,7 +69,7 @@ void check_rejected(const mha::CaseInfo& info, AttentionPath path) {
 }
 
 TEST_CASE("every golden case matches PyTorch through every attention path and both variants") {
-  const auto cases = mha::find_cases({golden_cases});
+  const auto cases = mha_test::all_cases();
   REQUIRE(cases.size() >= 80);
   for (const auto& dir : cases) {
     const auto info = mha::read_case_info(dir);
@@ -204,7 +189,7 @@ void check_random_case(const RandomCase& rc) {
                           path_rtol, path_atol);
     REQUIRE(got.attn_output_weights.has_value() == expected.attn_output_weights.has_value());
     if (expected.attn_output_weights)
-      require_close<double>(rc.name + " attn_output_weights (" + path_name + ")", *got.attn_output_weights,
+      require_close<double>(rc.name + " attn_output_weights (" + path_name + ")", mha_test::weights(got),
                             *expected.attn_output_weights, path_rtol, path_atol);
   }
   // The same case without weights, so that memory_efficient runs it too.

@@ -32,6 +32,32 @@ inline std::vector<std::string> numeric_case_names(const std::string& dtype) {
   return names;
 }
 
+// The value of an optional that the test expects to hold one. An empty one fails the
+// test with `what` in the message (Catch reports the exception), never dereferences.
+template <class T>
+const T& value_of(const std::optional<T>& optional, const std::string& what) {
+  if (!optional.has_value()) throw std::logic_error(what + ": expected a value, got none");
+  return *optional;
+}
+
+// The same for a temporary, whose value is moved out rather than left dangling.
+template <class T>
+T value_of(std::optional<T>&& optional, const std::string& what) {
+  if (!optional.has_value()) throw std::logic_error(what + ": expected a value, got none");
+  return std::move(*optional);
+}
+
+// attn_output_weights of a forward run that was asked for them (need_weights).
+template <class T>
+const xt::xarray<T>& weights(const mha::Output<T>& out) {
+  return value_of(out.attn_output_weights, "attn_output_weights");
+}
+
+template <class T>
+xt::xarray<T> weights(mha::Output<T>&& out) {
+  return value_of(std::move(out.attn_output_weights), "attn_output_weights");
+}
+
 // Exact equality of two xtensor expressions (shape and every element), as one bool.
 template <class A, class B>
 bool same(const A& a, const B& b) {

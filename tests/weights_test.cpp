@@ -36,7 +36,7 @@ struct TempDir {
 // A safetensors file from a header text (given as is) and `data_bytes` zero bytes.
 fs::path write_raw(const fs::path& dir, const std::string& name, std::uint64_t header_length, const std::string& header,
                    std::size_t data_bytes) {
-  const fs::path path = dir / name;
+  fs::path path = dir / name;
   std::ofstream out(path, std::ios::binary);
   for (int i = 0; i < 8; ++i) out.put(static_cast<char>((header_length >> (8 * i)) & 0xff));
   out << header << std::string(data_bytes, '\0');
@@ -77,6 +77,7 @@ TEST_CASE("the shipped TransformerEncoder file: keys, dtypes, shapes and metadat
   CHECK(w.bytes.size() == 3 * kEmbed * kEmbed * 4);
   const auto layers = mha::attention_layer_prefixes([&] {
     std::vector<std::string> names;
+    names.reserve(st.tensors.size());
     for (const auto& [name, _] : st.tensors) names.push_back(name);
     return names;
   }());

@@ -25,9 +25,10 @@ int run(const std::string& case_name) {
 
   tutorial::step(1, "what F.multi_head_attention_forward returns");
   const auto out = mha::run_forward(module, c);  // (attn_output, attn_output_weights)
+  const auto& weights = tutorial::weights(out);  // (N, L, S)
   tutorial::shape("[0] attn_output (L, N, E)", out.attn_output);
-  tutorial::shape("[1] attn_output_weights (N, L, S)", *out.attn_output_weights);
-  const auto w0 = xt::view(*out.attn_output_weights, 0, xt::all(), xt::all());
+  tutorial::shape("[1] attn_output_weights (N, L, S)", weights);
+  const auto w0 = xt::view(weights, 0, xt::all(), xt::all());
   tutorial::values("[1][0]: batch 0, rows sum to 1", w0, 3);
   fmt::print("  row sums of [1][0]:");
   for (std::size_t i = 0; i < w0.shape(0); ++i) fmt::print(" {:.4f}", double(xt::sum(xt::view(w0, i))()));
@@ -38,8 +39,8 @@ int run(const std::string& case_name) {
   tutorial::shape("q = query W_q^T + b_q (L, N, E)", qkv.q);
   tutorial::shape("k = key W_k^T + b_k (S, N, E)", qkv.k);
   tutorial::shape("v = value W_v^T + b_v (S, N, E)", qkv.v);
-  verdict.differs("q vs element [1] (the wrong check)", qkv.q, *out.attn_output_weights);
-  if (mha::shape_string(qkv.q.shape()) == mha::shape_string(out.attn_output_weights->shape()))
+  verdict.differs("q vs element [1] (the wrong check)", qkv.q, weights);
+  if (mha::shape_string(qkv.q.shape()) == mha::shape_string(weights.shape()))
     fmt::print(
         "  The shapes agree here (N = L and S = E), so the comparison runs, and fails:\n"
         "  probabilities are not projections, whatever the split.\n");
@@ -60,7 +61,7 @@ int run(const std::string& case_name) {
   tutorial::values("attn_output[:, 0, :] (PyTorch)", xt::view(c.expected.at("attn_output"), xt::all(), 0, xt::all()),
                    2);
   verdict.matches("attn_output vs PyTorch's", out.attn_output, c.expected.at("attn_output"));
-  verdict.matches("attn_output_weights vs PyTorch's", *out.attn_output_weights, c.expected.at("attn_output_weights"));
+  verdict.matches("attn_output_weights vs PyTorch's", weights, c.expected.at("attn_output_weights"));
 
   tutorial::step(5, "a wrong split fails right way b) too");
   // Swap the Q and K row blocks: the K -> Q -> V mistake of tutorial 02.

@@ -26,12 +26,17 @@ void grid(std::string_view label, const xt::xarray<bool>& mask) {
   }
 }
 
+// A bool mask of the case (attn_mask or key_padding_mask), as the golden case gives it.
+const xt::xarray<bool>& bool_mask_of(const std::optional<mha::Mask<float>>& mask, std::string_view name) {
+  return std::get<xt::xarray<bool>>(tutorial::value_of(mask, name));
+}
+
 // Runs the case and checks both outputs against PyTorch's.
 mha::Output<float> run_and_check(tutorial::Verdict& verdict, const mha::Case<float>& c) {
   auto module = mha::make_module(c);
   auto out = mha::run_forward(module, c);
   verdict.matches("attn_output vs PyTorch's", out.attn_output, c.expected.at("attn_output"));
-  verdict.matches("attn_output_weights vs PyTorch's", *out.attn_output_weights, c.expected.at("attn_output_weights"));
+  verdict.matches("attn_output_weights vs PyTorch's", tutorial::weights(out), c.expected.at("attn_output_weights"));
   return out;
 }
 
@@ -53,14 +58,14 @@ int main(int argc, char** argv) try {
   tutorial::values("generate_square_subsequent_mask(L), float", mha::generate_square_subsequent_mask<float>(L), L, L);
   auto c = tutorial::load<float>("is_causal_self_f32");
   tutorial::Verdict verdict(c);
-  const auto& causal = std::get<xt::xarray<bool>>(*c.forward.attn_mask);  // (L, S), with is_causal=True
+  const auto& causal = bool_mask_of(c.forward.attn_mask, "attn_mask");  // (L, S), with is_causal=True
   verdict.equal("causal_mask(L, S) == the case's attn_mask", mha::causal_mask(causal.shape(0), causal.shape(1)),
                 causal);
   run_and_check(verdict, c);
 
   tutorial::step(2, "bool or float: True -> -inf, False -> 0");
   c = tutorial::load<float>("attn_mask_bool_2d_f32");
-  const xt::xarray<bool> bool_mask = std::get<xt::xarray<bool>>(*c.forward.attn_mask);  // (L, S)
+  const xt::xarray<bool> bool_mask = bool_mask_of(c.forward.attn_mask, "attn_mask");  // (L, S)
   grid("attn_mask", bool_mask);
   run_and_check(verdict, c);
   const xt::xarray<float> float_mask = mha::canonical_mask<float>(bool_mask);  // (L, S)
@@ -75,16 +80,16 @@ int main(int argc, char** argv) try {
 
   tutorial::step(3, "key padding: whole key columns masked, per batch entry");
   c = tutorial::load<float>("key_padding_mask_bool_f32");
-  const auto padding = std::get<xt::xarray<bool>>(*c.forward.key_padding_mask);  // (N, S)
+  const auto padding = bool_mask_of(c.forward.key_padding_mask, "key_padding_mask");  // (N, S)
   grid("key_padding_mask (one row per batch entry)", padding);
   auto out = run_and_check(verdict, c);
-  tutorial::values("weights, batch 2 (padded keys get 0)", xt::view(*out.attn_output_weights, 2), 4, 8);
+  tutorial::values("weights, batch 2 (padded keys get 0)", xt::view(tutorial::weights(out), 2), 4, 8);
 
   tutorial::step(4, "a fully masked row: softmax of all -inf is NaN");
   c = tutorial::load<float>("attn_mask_bool_2d_fully_masked_row");
-  grid("attn_mask (row 2 all masked)", std::get<xt::xarray<bool>>(*c.forward.attn_mask));
+  grid("attn_mask (row 2 all masked)", bool_mask_of(c.forward.attn_mask, "attn_mask"));
   out = run_and_check(verdict, c);
-  tutorial::values("weights, batch 0", xt::view(*out.attn_output_weights, 0), 5, 8);
+  tutorial::values("weights, batch 0", xt::view(tutorial::weights(out), 0), 5, 8);
   tutorial::values("attn_output[:, 0, :]", xt::view(out.attn_output, xt::all(), 0, xt::all()), 5, 6);
   fmt::print(
       "  PyTorch's math path (and this library) give NaN here, and NaN matched NaN above.\n"
@@ -94,7 +99,7 @@ int main(int argc, char** argv) try {
   tutorial::step(5, "add_zero_attn: one more key, all zeros, never masked");
   c = tutorial::load<float>("attn_mask_bool_2d_fully_masked_row_add_zero_attn");
   out = run_and_check(verdict, c);
-  tutorial::values("weights, batch 0 (S + 1 keys)", xt::view(*out.attn_output_weights, 0), 5, 8);
+  tutorial::values("weights, batch 0 (S + 1 keys)", xt::view(tutorial::weights(out), 0), 5, 8);
   tutorial::values("attn_output[2, 0, :] (row 2)", xt::view(out.attn_output, 2, 0, xt::all()), 1, 6);
   tutorial::values("out_proj.bias", c.parameters.at("out_proj.bias"), 1, 6);
   fmt::print(

@@ -111,7 +111,7 @@ int main(int argc, char** argv) try {
   tutorial::step(1, "the weights per head: average_attn_weights=False");
   c.forward.average_attn_weights = false;
   const auto out = mha::run_forward(module, c);
-  const xt::xarray<double>& per_head = *out.attn_output_weights;  // (N, H, L, S)
+  const auto& per_head = tutorial::weights(out);  // (N, H, L, S)
   const std::size_t H = per_head.shape(1), L = per_head.shape(2), S = per_head.shape(3);
   tutorial::shape("attn_output_weights (N, H, L, S)", per_head);
   const xt::xarray<double> mean = xt::mean(per_head, {1});  // (N, L, S)

@@ -49,6 +49,7 @@ int main(int argc, char** argv) try {
   for (const auto& [name, t] : st.tensors)
     if (name.starts_with("layers.0.")) fmt::print("    {:<34} {} {}\n", name, t.dtype, mha::shape_string(t.shape));
   std::vector<std::string> names;
+  names.reserve(st.tensors.size());
   for (const auto& [name, t] : st.tensors) names.push_back(name);
   for (const auto& p : mha::attention_layer_prefixes(names)) fmt::print("  attention layer: {}\n", p);
 
@@ -71,7 +72,9 @@ int main(int argc, char** argv) try {
   tutorial::shape("W_q (E, E)", split.w_q);
   tutorial::shape("W_k (E, E)", split.w_k);
   tutorial::shape("W_v (E, E)", split.w_v);
-  tutorial::shape("b_q, b_k, b_v (E)", *split.b_q);
+  const auto &b_q = tutorial::value_of(split.b_q, "b_q"), &b_k = tutorial::value_of(split.b_k, "b_k"),
+             &b_v = tutorial::value_of(split.b_v, "b_v");  // (E) each
+  tutorial::shape("b_q, b_k, b_v (E)", b_q);
   tutorial::values("W_q", split.w_q, 3);
 
   mha::Case<float> pytorch;  // only its tolerance is used: model.json's, PyTorch's float32 defaults
@@ -98,8 +101,8 @@ int main(int argc, char** argv) try {
   tutorial::step(6, "write the split weights, and read them back");
   const auto out_dir = std::filesystem::temp_directory_path() / fmt::format("mha-tutorial-09-{}", ::getpid());
   std::filesystem::create_directories(out_dir);
-  const mha::StateDict<float> parts{{"W_q", split.w_q},  {"W_k", split.w_k},  {"W_v", split.w_v},
-                                    {"b_q", *split.b_q}, {"b_k", *split.b_k}, {"b_v", *split.b_v}};
+  const mha::StateDict<float> parts{{"W_q", split.w_q}, {"W_k", split.w_k}, {"W_v", split.w_v},
+                                    {"b_q", b_q},       {"b_k", b_k},       {"b_v", b_v}};
   for (const auto& [name, value] : parts) mha::save_npy<float>(out_dir / (name + ".npy"), value);
   mha::save_safetensors(out_dir / "split.safetensors", parts, {{"source", prefix}});
   fmt::print("  wrote W_q.npy .. b_v.npy and split.safetensors to the temporary folder\n");

@@ -93,6 +93,20 @@ const xt::xarray<T>& parameter(const mha::Case<T>& c, const std::string& name) {
   return c.parameters.at(name);
 }
 
+// The value of an optional the tutorial relies on (attn_output_weights of a run with
+// need_weights, a bias of a module with bias=True), or an mha::Error that names it.
+template <class T>
+const T& value_of(const std::optional<T>& optional, std::string_view what) {
+  if (!optional) throw mha::Error(fmt::format("{}: expected a value, got none", what));
+  return *optional;
+}
+
+// attn_output_weights of a forward run with need_weights (the default), or an mha::Error.
+template <class T>
+const xt::xarray<T>& weights(const mha::Output<T>& out) {
+  return value_of(out.attn_output_weights, "attn_output_weights");
+}
+
 // Collects the checks of one tutorial: every comparison with PyTorch's numbers, and every
 // demonstrated mistake (which must NOT match: a mistake that matched would prove nothing).
 class Verdict {
