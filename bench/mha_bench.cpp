@@ -2,7 +2,7 @@
 // next to the machine's OpenBLAS sgemm peak, measured in the same run.
 //
 //   mha-bench [--shapes=all|tiny] [--threads=N] [--path=automatic|reference|fast|memory_efficient]
-//             [Google Benchmark flags: --benchmark_repetitions, --benchmark_format=json, ...]
+//             [--blas-kernel=NAME] [Google Benchmark flags: --benchmark_repetitions, ...]
 //   mha-bench --memory [--threads=N]
 //
 // Each benchmark is self-attention (query is key is value), sequence-first, eval mode,
@@ -12,7 +12,10 @@
 //   = 8*L*N*E^2 + 4*N*L*S*E.
 // --memory runs one forward at L = S = 8192, N = 1, E = 512, H = 8 without weights and
 // prints the process's peak resident set size (getrusage). bench/compare runs both, and
-// PyTorch, and prints the table.
+// PyTorch, and prints the table. --blas-kernel=NAME has OpenBLAS run kernel NAME
+// (mha::use_blas_kernel) before anything is timed: with OPENBLAS_CORETYPE=Prescott, it
+// times a switch away from the generic kernel, as the library makes on a CPU that
+// OpenBLAS does not know.
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 #include "third_party.hpp"
@@ -118,10 +121,12 @@ int run_memory() {
   return 0;
 }
 
-// Takes --shapes=, --threads=, --path= and --memory out of argv; the rest is Google Benchmark's.
+// Takes --shapes=, --threads=, --path=, --blas-kernel= and --memory out of argv; the rest is
+// Google Benchmark's.
 struct Arguments {
   std::string shapes = "all";
-  int threads = 0;  // 0: the default (OpenBLAS's choice)
+  std::string blas_kernel;  // empty: the one the library chose
+  int threads = 0;          // 0: the default (OpenBLAS's choice)
   std::string path = "automatic";
   bool memory = false;
 };
@@ -135,6 +140,7 @@ Arguments take_arguments(int& argc, char** argv) {
     if (a.starts_with("--shapes=")) args.shapes = value("--shapes=");
     else if (a.starts_with("--threads=")) args.threads = std::stoi(value("--threads="));
     else if (a.starts_with("--path=")) args.path = value("--path=");
+    else if (a.starts_with("--blas-kernel=")) args.blas_kernel = value("--blas-kernel=");
     else if (a == "--memory") args.memory = true;
     else argv[kept++] = argv[i];
   }
@@ -150,10 +156,15 @@ int main(int argc, char** argv) {
   try {
     const Arguments args = take_arguments(argc, argv);
     if (args.threads != 0) mha::set_num_threads(args.threads);
+    if (!args.blas_kernel.empty()) mha::use_blas_kernel(args.blas_kernel);
     if (args.memory) return run_memory();
 
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    // The OpenBLAS kernel behind every GEMM here, sgemm_peak's included (:blas).
+    benchmark::AddCustomContext("blas_kernel", mha::blas_kernel().name);
+    benchmark::AddCustomContext("blas_kernel_chosen_by", mha::blas_kernel().chosen_by);
+    benchmark::AddCustomContext("cpu_simd_level", mha::to_string(mha::cpu_simd_level()));
     const bool tiny = args.shapes == "tiny";
     const mha::AttentionPath path = path_from_name(args.path);
     for (const auto& s : tiny ? tiny_shapes : benchmark_shapes)

@@ -39,12 +39,13 @@ xt::xtensor<T, 3> split_heads(const xt::xtensor<T, 3>& x, std::size_t num_heads)
 }
 
 // (N*H, L, D) -> (L, N, E): the heads side by side again, x.transpose(0, 1).view(L, N, E).
+// The inverse of split_heads, given the same num_heads (an empty batch has N*H = 0).
 template <class T>
-xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>& heads, std::size_t batch) {
+xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>& heads, std::size_t num_heads) {
   const std::size_t B = heads.shape(0), L = heads.shape(1), D = heads.shape(2);
-  check(batch > 0 && B % batch == 0, "batch", "expected a batch size that divides the {} batch-heads, got {}", B,
-        batch);
-  const std::size_t H = B / batch;
+  check(num_heads > 0 && B % num_heads == 0, "num_heads",
+        "expected a number of heads that divides the {} batch-heads, got {}", B, num_heads);
+  const std::size_t H = num_heads, batch = B / H;
   xt::xtensor<T, 3> x({L, batch, H * D});
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t i = 0; i < L; ++i)

@@ -24,6 +24,7 @@ import :error;
 import :random;
 import :detail;
 import :threads;
+import :cpu;
 
 namespace mha::detail {
 
@@ -74,6 +75,7 @@ struct AttentionProblem {
   double dropout_p = 0;
   Generator* generator = nullptr;
   std::vector<std::vector<T>>* scratch = nullptr;  // one buffer per worker, kept between calls
+  int threads = 1;  // how many threads the batch-heads may run on (:threads, engine_threads)
 };
 
 // Scratch buffer `slot` of at least `size` values: the caller's, or a local one.
@@ -218,23 +220,7 @@ void dropout_row(T* row, std::size_t n, double p, Generator& generator) {
 
 // The row kernels above are compiled into each caller below three times, for baseline
 // x86-64 (SSE2, 4 floats a vector), for AVX2 + FMA (8) and for AVX-512 (16), and the CPU
-// picks at run time; the library itself stays buildable and runnable for any x86-64.
-inline bool has_avx2() {
-#if defined(__x86_64__)
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-#else
-  return false;
-#endif
-}
-inline bool has_avx512() {
-#if defined(__x86_64__)
-  static const bool yes = has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  return yes;
-#else
-  return false;
-#endif
-}
+// picks at run time (:cpu); the library itself stays buildable and runnable for any x86-64.
 
 // Mask + softmax of `rows` rows of one batch-head's scores, starting at query row `first`.
 template <class T>
@@ -309,7 +295,7 @@ void fast_attention(const AttentionProblem<T>& pb, T* weights) {
   const std::size_t B = pb.N * pb.H, LS = pb.L * pb.S;
   // Threads pay off once a head is more than a few small GEMMs (2*L*S*D flops each way).
   const bool big = 4.0 * static_cast<double>(LS) * static_cast<double>(pb.D) * static_cast<double>(B) > 4e6;
-  const int threads = pb.dropout_p > 0 || !big ? 1 : num_threads();
+  const int threads = pb.dropout_p > 0 || !big ? 1 : pb.threads;
   // One block of scores per worker, each worker taking the next head when it is free.
   const std::size_t workers = std::min<std::size_t>(B, static_cast<std::size_t>(threads));
   const std::size_t block_size = weights ? 0 : rows_per_block<T>(pb.L, pb.S) * pb.S;

@@ -22,6 +22,7 @@ import :error;
 import :random;
 import :detail;
 import :threads;
+import :cpu;
 import :fast_attention;
 
 namespace mha::detail {
@@ -152,7 +153,7 @@ void flash_attention(const AttentionProblem<T>& pb) {
   const std::size_t tiles = (L + query_tile - 1) / query_tile;
   const bool dropout = pb.dropout_p > 0;
   const bool big = 4.0 * static_cast<double>(L * S) * static_cast<double>(pb.D) * static_cast<double>(B) > 4e6;
-  const int threads = dropout || !big ? 1 : num_threads();
+  const int threads = dropout || !big ? 1 : pb.threads;
   std::atomic<std::size_t> next{0};
   const std::size_t tasks = B * tiles;
   const std::size_t workers = std::min<std::size_t>(tasks, static_cast<std::size_t>(threads));

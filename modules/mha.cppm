@@ -2,11 +2,13 @@
 //
 // `import mha;` gives the whole API. Read the partitions in this order:
 //   :error                 mha::Error, the one exception type of the library
+//   :cpu                   what this CPU runs: SSE2, AVX, AVX2 + FMA, AVX-512
+//   :blas                  which OpenBLAS kernel runs the GEMMs: the best this CPU runs
 //   :random                a seedable generator for initialisation and dropout
 //   :in_projection         the packed (3E, E) in_proj_weight: split, pack, project
 //   :masks                 bool and float masks, causal masks, padding and merging
 //   :attention             heads, softmax, dropout, scaled dot-product attention
-//   :threads               set_num_threads: OpenBLAS's threads and the library's own
+//   :threads               set_num_threads: the library's threads, OpenBLAS's held to one
 //   :multihead_attention   the module itself: parameters, initialisation, forward
 //   :fast_attention        (internal) the fast path: GEMMs on strided views, fused softmax
 //   :flash_attention       (internal) the memory-efficient path: tiles, online softmax
@@ -18,6 +20,8 @@
 export module mha;
 
 export import :error;
+export import :cpu;
+export import :blas;
 export import :random;
 export import :in_projection;
 export import :masks;

@@ -272,6 +272,11 @@ public:
   // key and value for self-attention (Python's `query is key is value`).
   Output<T> forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
                     const ForwardOptions<T>& opts = {}) {
+    // Training-mode dropout draws from the module's one generator: calls that draw take
+    // turns, each drawing as one call alone would. Without dropout, calls share nothing.
+    std::unique_lock<std::mutex> drawing;
+    if (training_ && options_.dropout > 0) drawing = std::unique_lock<std::mutex>(dropout_mutex_.mutex);
+
     // 1) check shapes: batched or not, the sequence-first sizes, which inputs are the same object
     const Geometry g = geometry(query, key, value, opts);
     const std::size_t L = g.L, N = g.N, S = g.S;
@@ -335,7 +340,8 @@ private:
     auto attention = scaled_dot_product_attention(qh, kh, vh, mask, dropout_p, dropout_generator_);
 
     // 9) heads side by side again, then out_proj: (N*H, L, D) -> (L, N, E)
-    auto attn_output = linear(merge_heads(attention.output, N), out_proj_weight_, out_proj_bias_);  // (L, N, E)
+    auto attn_output =
+        linear(merge_heads(attention.output, num_heads()), out_proj_weight_, out_proj_bias_);  // (L, N, E)
 
     // 10) back to the caller's layout; the weights per head or averaged over heads
     Output<T> out;
@@ -383,20 +389,22 @@ private:
                          const Geometry& g, Masks masks, const ForwardOptions<T>& opts, AttentionPath path) {
     const std::size_t L = g.L, N = g.N, S = g.S;
     const std::size_t E = embed_dim(), H = num_heads(), D = head_dim(), B = N * H;
-    // The library's own threads do all the parallel work: the GEMMs split their rows over
-    // them, each block a single-threaded OpenBLAS call. OpenBLAS's threads stay asleep
-    // (left waiting, they spin and take the cores from ours). Below ~20 MFLOP a forward is
-    // over before a second thread would have started.
+    // The library's own threads do the parallel work where OpenBLAS runs single-threaded
+    // (set_num_threads): the GEMMs split their rows over them, each block a single-threaded
+    // OpenBLAS call. Otherwise OpenBLAS threads each GEMM (:threads). Below ~20 MFLOP a
+    // forward is over before a second thread would have started.
     const double flops = 8.0 * double(L * N) * double(E * E) + 4.0 * double(N * L * S) * double(E);
-    const detail::BlasThreads blas_threads(1);
-    const int threads = flops < 2e7 ? 1 : num_threads();
+    const int threads = flops < 2e7 ? 1 : detail::engine_threads();
     // Rows of every input and buffer: (i, n) sequence-first, (n, i) batch_first.
     const bool batch_major = g.batched && options_.batch_first;
 
     // 3) in-projection: one GEMM (self-attention, packed), two (key is value) or three
-    auto& ws = workspace_.buffers;
+    Workspace& workspace = this_thread_workspace();
+    auto& ws = workspace.buffers;
     ws.clear_slots();
-    Projection p = project(query, key, value, g, batch_major, threads);  // q (L, N, E), k and v (S, N, E) as views
+    const auto transposed = transposed_weights();  // W^T of this version of the weights
+    Projection p =
+        project(query, key, value, g, *transposed, batch_major, threads);  // q (L, N, E), k and v (S, N, E) as views
     scale_query(p, L, N);  // q / sqrt(D), as PyTorch scales q before q . k^T
 
     // 4), 6) bias_k/bias_v and the zero key: k and v copied once into (S', N, E), masks padded
@@ -414,7 +422,8 @@ private:
     pb.N = N, pb.H = H, pb.L = L, pb.S = S_total, pb.D = D;
     pb.dropout_p = training_ ? options_.dropout : 0.0;
     pb.generator = &dropout_generator_;
-    pb.scratch = &workspace_.scratch;
+    pb.scratch = &workspace.scratch;
+    pb.threads = threads;
 
     // 8) attention per head, into the heads' columns of one buffer in the query's layout
     T* heads = ws.get(L * N * E);  // (L, N, E), or (N, L, E) batch_first
@@ -440,13 +449,15 @@ private:
     // 9) out_proj: one GEMM, (L*N, E) x (E, E) -> (L*N, E), into the returned tensor, whose
     //    layout is the query's: (L, N, E), (N, L, E) batch_first or (L, E) unbatched
     out.attn_output = xt::xarray<T>::from_shape(query.shape());
-    detail::parallel_linear_into(heads, L * N, E, transposed_weights().out_proj.data(), E, E,
+    detail::parallel_linear_into(heads, L * N, E, transposed->out_proj.data(), E, E,
                                  out_proj_bias_ ? out_proj_bias_->data() : nullptr, out.attn_output.data(), threads);
     return out;
   }
 
-  // Buffers of the fast paths, kept from one forward() to the next so that their pages
-  // are not returned and faulted in again on every call. A copied module starts empty.
+  // Buffers of the fast paths, one set per calling thread, kept from one forward() to the
+  // next so that their pages are not returned and faulted in again on every call. Being
+  // the thread's and not the module's, they let any number of threads run forward() on
+  // one module at once; they last as long as the thread.
   struct Buffers {
     std::vector<std::vector<T>> slots;
     std::size_t used = 0;
@@ -471,13 +482,27 @@ private:
   struct Workspace {
     Buffers buffers;
     std::vector<std::vector<T>> scratch;  // per worker: (L, S') scores, or a (Tq, Tk) tile
-    TransposedWeights transposed;
-    Workspace() = default;
-    Workspace(const Workspace&) {}
-    Workspace& operator=(const Workspace&) {
-      transposed = {};
+  };
+  static Workspace& this_thread_workspace() {
+    thread_local Workspace workspace;
+    return workspace;
+  }
+  // W^T, made once per version of the weights and shared by every thread's forward(). A
+  // forward() holds its own reference, so it never reads W^T that another thread freed.
+  // A copied module starts without: its weights may change apart from the original's.
+  struct TransposedCache {
+    std::mutex mutex;
+    std::shared_ptr<const TransposedWeights> weights;
+    TransposedCache() = default;
+    TransposedCache(const TransposedCache& /*other*/) {}
+    TransposedCache& operator=(const TransposedCache& other) {
+      if (this != &other) {
+        const std::lock_guard<std::mutex> lock(mutex);
+        weights.reset();
+      }
       return *this;
     }
+    ~TransposedCache() = default;
   };
 
   // A number no other state of any module's weights has had: weights_version_ takes a new
@@ -488,16 +513,17 @@ private:
   }
   void weights_changed() { weights_version_ = new_weights_version(); }
 
-  const TransposedWeights& transposed_weights() {
-    TransposedWeights& t = workspace_.transposed;
-    if (t.version == weights_version_) return t;
+  std::shared_ptr<const TransposedWeights> transposed_weights() const {
+    const std::lock_guard<std::mutex> lock(transposed_.mutex);
+    if (transposed_.weights && transposed_.weights->version == weights_version_) return transposed_.weights;
     auto transposed = [](const xt::xtensor<T, 2>& w) { return xt::xtensor<T, 2>(xt::transpose(w)); };
-    t = {};
-    if (packed()) t.in_proj = transposed(in_proj_weight_);
-    else t.q = transposed(separate_.w_q), t.k = transposed(separate_.w_k), t.v = transposed(separate_.w_v);
-    t.out_proj = transposed(out_proj_weight_);
-    t.version = weights_version_;
-    return t;
+    auto t = std::make_shared<TransposedWeights>();
+    if (packed()) t->in_proj = transposed(in_proj_weight_);
+    else t->q = transposed(separate_.w_q), t->k = transposed(separate_.w_k), t->v = transposed(separate_.w_v);
+    t->out_proj = transposed(out_proj_weight_);
+    t->version = weights_version_;
+    transposed_.weights = t;
+    return transposed_.weights;
   }
 
   // q, k, v after the in-projection, as strided views into the buffers that hold them.
@@ -510,16 +536,15 @@ private:
   // with the packed weight is one (L*N, E) x (E, 3E) GEMM; key is value two; else three.
   // An input's rows are (i, n) or (n, i): row_stride and batch_stride say which.
   Projection project(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
-                     const Geometry& g, bool batch_major, int threads) {
+                     const Geometry& g, const TransposedWeights& wt, bool batch_major, int threads) {
     const std::size_t E = embed_dim(), N = g.N;
     Projection p;
     const T* bias = in_proj_bias_ ? in_proj_bias_->data() : nullptr;
-    const TransposedWeights& wt = transposed_weights();
     // y (len*N, width) = x W^T + b, for `width` columns of a W^T starting at column `first`
     auto project_into = [&](const xt::xarray<T>& x, std::size_t len, const T* weight_t, std::size_t ldw,
                             std::size_t first, std::size_t width) -> detail::StridedHeads<T> {
       const std::size_t rows = len * N, in = x.shape(x.dimension() - 1);
-      T* y = workspace_.buffers.get(rows * width);  // (len, N, width) or (N, len, width)
+      T* y = this_thread_workspace().buffers.get(rows * width);  // (len, N, width) or (N, len, width)
       detail::parallel_linear_into(x.data(), rows, in, weight_t, ldw, width, bias ? bias + first : nullptr, y, threads);
       return batch_major ? detail::StridedHeads<T>{y, width, len * width}
                          : detail::StridedHeads<T>{y, N * width, width};
@@ -569,8 +594,8 @@ private:
   void extend_keys(Projection& p, std::size_t S, std::size_t N, Masks& masks) {
     const std::size_t E = embed_dim(), S_total = S + options_.add_bias_kv + options_.add_zero_attn;
     auto extend = [&](const detail::StridedHeads<T>& x, const std::optional<xt::xtensor<T, 3>>& bias) {
-      T* y = workspace_.buffers.get(S_total * N * E);  // (S', N, E)
-      std::fill(y, y + S_total * N * E, T(0));         // the zero key, and what is copied over
+      T* y = this_thread_workspace().buffers.get(S_total * N * E);  // (S', N, E)
+      std::fill(y, y + S_total * N * E, T(0));                      // the zero key, and what is copied over
       for (std::size_t j = 0; j < S; ++j)
         for (std::size_t n = 0; n < N; ++n) {
           const T* from = x.data + j * x.row_stride + n * x.batch_stride;
@@ -754,7 +779,6 @@ private:
   void check_inputs(const Shaped& q, const Shaped& k, const Shaped& v) const {
     check(q.shape(2) == embed_dim(), "query", "was expecting embedding dimension of {}, but got {}", embed_dim(),
           q.shape(2));
-    check(q.shape(1) > 0, "query", "expected a batch of at least one sequence, got a batch of {}", q.shape(1));
     check(k.shape(1) == q.shape(1), "key", "expected batch size {} (the query's), but got {}", q.shape(1), k.shape(1));
     check(k.shape(0) == v.shape(0) && k.shape(1) == v.shape(1), "value",
           "key's sequence and batch dims ({}, {}) do not match value's ({}, {})", k.shape(0), k.shape(1), v.shape(0),
@@ -821,7 +845,8 @@ private:
   Options options_;
   bool training_ = true;
   AttentionPath attention_path_ = AttentionPath::automatic;
-  Workspace workspace_;
+  mutable TransposedCache transposed_;
+  detail::OwnMutex dropout_mutex_;     // one forward() at a time draws from dropout_generator_
   std::uint64_t weights_version_ = 0;  // see weights_changed()
   Generator dropout_generator_;
   xt::xtensor<T, 2> in_proj_weight_;                  // (3E, E) packed

@@ -21,6 +21,8 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <numbers>
 #include <optional>
 #include <random>

@@ -1,12 +1,18 @@
 // mha:threads — how many threads the library uses, and how it splits work over them.
 //
-// One number covers both kinds of threads that run here: OpenBLAS's own (inside every
-// GEMM) and the library's (one batch-head per task in the fast and memory-efficient
-// attention paths). While the library's threads run, OpenBLAS is held to one thread,
-// so that 2 threads never become 2 x 2. PyTorch's counterpart is torch.set_num_threads.
+// Two kinds of threads could run here: OpenBLAS's own (inside a GEMM) and the library's
+// (the fast paths split their GEMMs' rows and their batch-heads over them). Both at once
+// would multiply: 2 threads becoming 2 x 2, fighting for 2 cores. So the library splits
+// its work over its own threads only while OpenBLAS runs single-threaded, and
+// set_num_threads(n) arranges exactly that: n library threads, OpenBLAS at one. Where
+// OpenBLAS keeps its threads (nothing was set: OPENBLAS_NUM_THREADS or every core), the
+// fast paths run on the calling thread and each GEMM runs on OpenBLAS's threads.
+// PyTorch's counterpart is torch.set_num_threads.
 //
-// openblas_set_num_threads is process-wide: another part of the program calling it
-// changes the GEMMs here too, and set_num_threads here changes OpenBLAS for everyone.
+// Nothing here is changed by forward(): both counts are read, never written, during a
+// call, so any number of threads may run forward() at once. openblas_set_num_threads is
+// process-wide: set_num_threads changes OpenBLAS for the whole program, and another part
+// of the program calling it changes what the library does.
 module;
 #include "third_party.hpp"
 
@@ -21,9 +27,9 @@ extern "C" int openblas_get_num_threads(void);
 
 namespace mha::detail {
 
-// The thread count, starting from what OpenBLAS chose (OPENBLAS_NUM_THREADS, or every core).
-inline int& thread_count() {
-  static int count = std::max(1, openblas_get_num_threads());
+// The library's thread count, starting from OpenBLAS's (OPENBLAS_NUM_THREADS, or every core).
+inline std::atomic<int>& thread_count() {
+  static std::atomic<int> count{std::max(1, openblas_get_num_threads())};
   return count;
 }
 
@@ -31,11 +37,13 @@ inline int& thread_count() {
 
 export namespace mha {
 
-// Sets the number of threads for everything the library runs: OpenBLAS's and its own.
+// Gives the library `num_threads` threads for its own parallel work, with OpenBLAS held
+// to one thread inside them. Process-wide, like torch.set_num_threads; call it before
+// forward() runs anywhere, not while it runs.
 inline void set_num_threads(int num_threads) {
   check(num_threads >= 1, "num_threads", "expected at least 1 thread, got {}", num_threads);
   detail::thread_count() = num_threads;
-  openblas_set_num_threads(num_threads);
+  openblas_set_num_threads(1);
 }
 
 inline int num_threads() { return detail::thread_count(); }
@@ -44,17 +52,19 @@ inline int num_threads() { return detail::thread_count(); }
 
 namespace mha::detail {
 
+// The threads a fast forward splits its work over: the library's, while OpenBLAS runs
+// single-threaded; otherwise one, the caller's, and OpenBLAS threads each GEMM.
+inline int engine_threads() { return openblas_get_num_threads() == 1 ? num_threads() : 1; }
+
 // Runs task(0), ..., task(count - 1), on up to `threads` threads, each taking the next
 // index when it is free. With one thread (or one task) everything runs here, in order.
-// OpenBLAS runs single-threaded inside the tasks and gets its thread count back after.
+// Each call has threads of its own: calls from several threads at once share nothing.
 inline void parallel_for(std::size_t count, int threads, const std::function<void(std::size_t)>& task) {
   const std::size_t workers = std::min<std::size_t>(count, static_cast<std::size_t>(std::max(1, threads)));
   if (workers <= 1) {
     for (std::size_t i = 0; i < count; ++i) task(i);
     return;
   }
-  const int blas_threads = openblas_get_num_threads();
-  openblas_set_num_threads(1);
   std::atomic<std::size_t> next{0};
   std::exception_ptr failure;
   std::atomic<bool> failed{false};
@@ -69,25 +79,17 @@ inline void parallel_for(std::size_t count, int threads, const std::function<voi
   for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
-  openblas_set_num_threads(blas_threads);
   if (failure) std::rethrow_exception(failure);
 }
 
-// OpenBLAS held to `threads` threads for a scope, then given back what it had. The fast
-// paths hold it to one thread and split the work over the library's own threads.
-class BlasThreads {
-public:
-  explicit BlasThreads(int threads) : saved_(openblas_get_num_threads()) {
-    if (threads != saved_) openblas_set_num_threads(threads);
-  }
-  ~BlasThreads() {
-    if (openblas_get_num_threads() != saved_) openblas_set_num_threads(saved_);
-  }
-  BlasThreads(const BlasThreads&) = delete;
-  BlasThreads& operator=(const BlasThreads&) = delete;
-
-private:
-  int saved_;
+// A mutex for a member of a copyable class: a copy gets a lock of its own, never the
+// original's (a mutex cannot be copied, and sharing one would tie two objects together).
+struct OwnMutex {
+  std::mutex mutex;
+  OwnMutex() = default;
+  OwnMutex(const OwnMutex& /*other*/) {}
+  OwnMutex& operator=(const OwnMutex& /*other*/) { return *this; }
+  ~OwnMutex() = default;
 };
 
 }  // namespace mha::detail

@@ -164,10 +164,9 @@ Trial make_trial(std::uint64_t seed) {
   }
 
   // 2) sizes: empty sequences, no key at all (S' = S + add_bias_kv + add_zero_attn = 0,
-  // where PyTorch returns out_proj.bias) and single positions included. A batch of 0 is
-  // rejected with mha::Error, so it is not drawn here.
+  // where PyTorch returns out_proj.bias), an empty batch and single positions included.
   t.unbatched = draw.chance(0.25);
-  t.N = t.unbatched ? 1 : draw.pick<std::size_t>({1, 1, 2, 3});
+  t.N = t.unbatched ? 1 : draw.pick<std::size_t>({0, 1, 1, 2, 3});
   t.L = draw.pick<std::size_t>({0, 1, 2, 3, 4, 5});
   t.S = t.inputs == Inputs::self ? t.L : draw.pick<std::size_t>({0, 1, 2, 3, 5});
 

@@ -198,11 +198,10 @@ TEST_CASE("a malformed golden case is a FAIL with its reason and never a crash",
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("a batch of zero sequences is rejected rather than divided by", "[errors][forward]") {
-  mha::MultiheadAttention<float> m(options());
-  const auto x = zeros({L, 0, E});
-  require_rejected(m, x, x, x, {}, "query", "batch of 0");
+TEST_CASE("splitting and merging heads reject a number of heads that does not divide", "[errors][forward]") {
   CHECK_MHA_ERROR(mha::merge_heads(xt::xtensor<float, 3>(xt::zeros<float>({std::size_t{4}, L, std::size_t{2}})), 0),
-                  Contains("batch:"));
+                  Contains("num_heads:"));
+  CHECK_MHA_ERROR(mha::merge_heads(xt::xtensor<float, 3>(xt::zeros<float>({std::size_t{4}, L, std::size_t{2}})), 3),
+                  Contains("num_heads: expected a number of heads that divides the 4 batch-heads, got 3"));
   CHECK_MHA_ERROR(mha::split_heads(xt::xtensor<float, 3>(xt::zeros<float>({L, N, E})), 3), Contains("num_heads:"));
 }

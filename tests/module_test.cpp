@@ -214,3 +214,51 @@ TEST_CASE("dropout multiplies as PyTorch's does and a dropped NaN stays NaN", "[
     CHECK_FALSE(xt::any(xt::isnan(xt::view(w, xt::all(), xt::all(), 0, xt::all()))));
   }
 }
+
+// PyTorch 1.13.1, nn.MultiheadAttention(8, 2) in eval mode, with a query of (5, 0, 8):
+// attn_output (5, 0, 8) and weights (0, 5, 5); per head (0, 2, 5, 5); with key and value
+// of (3, 0, 8), weights (0, 5, 3); batch_first with add_bias_kv and add_zero_attn, a
+// query of (0, 5, 8): (0, 5, 8) and (0, 5, 7) (S' = 5 + 1 + 1). None with
+// need_weights=False. key_padding_mask (0, 5) and a 3-D attn_mask (0, 5, 5) are accepted.
+TEST_CASE("an empty batch (N = 0) gives PyTorch's empty outputs on every path", "[module][shapes]") {
+  using Shape = std::vector<std::size_t>;
+  using mha::AttentionPath;
+  const mha::Options small{.embed_dim = 8, .num_heads = 2};
+  for (const auto path : {AttentionPath::reference, AttentionPath::fast, AttentionPath::automatic}) {
+    INFO("path " << static_cast<int>(path));
+    mha::MultiheadAttention<float> m(small);
+    m.eval();
+    m.set_attention_path(path);
+    const xt::xarray<float> x = xt::zeros<float>({5, 0, 8}), memory = xt::zeros<float>({3, 0, 8});
+    auto out = m.forward(x, x, x);
+    CHECK(mha_test::shape_of(out.attn_output) == Shape{5, 0, 8});
+    CHECK(mha_test::shape_of(mha_test::weights(out)) == Shape{0, 5, 5});
+    mha::ForwardOptions<float> per_head;
+    per_head.average_attn_weights = false;
+    CHECK(mha_test::shape_of(mha_test::weights(m.forward(x, x, x, per_head))) == Shape{0, 2, 5, 5});
+    CHECK(mha_test::shape_of(mha_test::weights(m.forward(x, memory, memory))) == Shape{0, 5, 3});
+    mha::ForwardOptions<float> masked;
+    masked.key_padding_mask = mha::Mask<float>(xt::xarray<bool>(xt::zeros<bool>({0, 5})));
+    masked.attn_mask = mha::Mask<float>(xt::xarray<bool>(xt::zeros<bool>({0, 5, 5})));
+    CHECK(mha_test::shape_of(mha_test::weights(m.forward(x, x, x, masked))) == Shape{0, 5, 5});
+
+    mha::MultiheadAttention<float> bf(
+        mha::Options{.embed_dim = 8, .num_heads = 2, .add_bias_kv = true, .add_zero_attn = true, .batch_first = true});
+    bf.eval();
+    bf.set_attention_path(path);
+    const xt::xarray<float> xb = xt::zeros<float>({0, 5, 8});
+    out = bf.forward(xb, xb, xb);
+    CHECK(mha_test::shape_of(out.attn_output) == Shape{0, 5, 8});
+    CHECK(mha_test::shape_of(mha_test::weights(out)) == Shape{0, 5, 7});
+  }
+  for (const auto path : {AttentionPath::fast, AttentionPath::memory_efficient}) {
+    mha::MultiheadAttention<float> m(small);
+    m.set_attention_path(path);
+    mha::ForwardOptions<float> no_weights;
+    no_weights.need_weights = false;
+    const xt::xarray<float> x = xt::zeros<float>({5, 0, 8});
+    const auto out = m.forward(x, x, x, no_weights);
+    CHECK(mha_test::shape_of(out.attn_output) == Shape{5, 0, 8});
+    CHECK_FALSE(out.attn_output_weights.has_value());
+  }
+}

@@ -113,7 +113,7 @@ int run(const std::string& case_name, std::size_t H) {
   verdict.matches("weights v vs mha::scaled_dot_product_attention", heads_out, sdpa.output);
 
   tutorial::step(7, "concatenate the heads, then out_proj");
-  const auto merged = mha::merge_heads(heads_out, N);  // (N*H, L, D) -> (L, N, E)
+  const auto merged = mha::merge_heads(heads_out, H);  // (N*H, L, D) -> (L, N, E)
   tutorial::shape("merged (L, N, E)", merged);
   const xt::xtensor<T, 2> w_out = module.parameter("out_proj.weight");  // (E, E)
   std::optional<xt::xtensor<T, 1>> b_out;

@@ -3,6 +3,9 @@
 // Builds a module with embed_dim 4 and 2 heads, runs it on a (L, N, E) = (3, 2, 4) input,
 // and checks what holds for any parameters: the output shape, and attention weights that
 // are probabilities (each row sums to 1). Exits non-zero otherwise.
+
+// `import mha;` makes mha's names visible, not those of the headers its units include: a
+// source that names xtensor's types includes them itself, in the order the units do.
 #include "third_party.hpp"
 
 #include <algorithm>

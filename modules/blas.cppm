@@ -1,0 +1,150 @@
+// mha:blas — which OpenBLAS kernel runs the GEMMs, and getting the best one this CPU has.
+//
+// Debian's OpenBLAS is one library with a kernel per CPU family inside (DYNAMIC_ARCH).
+// When it loads, it picks one by the CPU's model number, from a table fixed when that
+// OpenBLAS was released. A CPU newer than the table (a recent Xeon, Zen 4/5 with
+// OpenBLAS 0.3.21) gets the generic `Prescott` kernel, SSE3 only: 4-5x slower than the
+// kernel its features support, with no message.
+//
+// So when the library is loaded, it compares the kernel OpenBLAS chose with the CPU's
+// real features (:cpu) and, if the CPU can run a better family, has OpenBLAS load that
+// one instead, through OpenBLAS's own start-up path (gotoblas_dynamic_init reading
+// OPENBLAS_CORETYPE). It never overrides an OPENBLAS_CORETYPE the user set, never picks a
+// kernel the CPU cannot run, and leaves a kernel name it does not know alone.
+//
+// Every kernel gives PyTorch's results within the tests' tolerances: they differ only in
+// the last bits, as any two CPUs do. blas_kernel() says which one runs and why.
+module;
+#include "third_party.hpp"
+
+export module mha:blas;
+
+import :error;
+import :cpu;
+
+// OpenBLAS's own functions, declared here rather than through cblas.h (which clashes with
+// the BLAS declarations xtensor-blas bundles). The start-up pair exists only in OpenBLAS
+// builds with a kernel per CPU (DYNAMIC_ARCH, as Debian's); weak, so that an OpenBLAS
+// built for one CPU links too, and is left as it is.
+extern "C" char* openblas_get_corename(void);
+extern "C" [[gnu::weak]] void gotoblas_dynamic_init(void);
+extern "C" [[gnu::weak]] void gotoblas_dynamic_quit(void);
+
+export namespace mha {
+
+// The OpenBLAS kernel in use and how it came to be.
+struct BlasKernel {
+  std::string name;       // openblas_get_corename(): "Haswell", "SkylakeX", "Zen", "Prescott", ...
+  std::string chosen_by;  // "OpenBLAS", "OPENBLAS_CORETYPE", or "mha (the CPU has AVX-512; OpenBLAS picked Prescott)"
+};
+
+// The vector instruction set an OpenBLAS 0.3.x kernel family is written for; nullopt for
+// a name this table does not know (a newer OpenBLAS's: then it is left alone).
+inline std::optional<SimdLevel> blas_kernel_simd_level(std::string_view name) {
+  static const std::map<std::string, SimdLevel, std::less<>> levels{
+      {"SkylakeX", SimdLevel::avx512}, {"Cooperlake", SimdLevel::avx512}, {"SapphireRapids", SimdLevel::avx512},
+      {"Haswell", SimdLevel::avx2},    {"Zen", SimdLevel::avx2},          {"Sandybridge", SimdLevel::avx},
+      {"Bulldozer", SimdLevel::avx},   {"Piledriver", SimdLevel::avx},    {"Steamroller", SimdLevel::avx},
+      {"Excavator", SimdLevel::avx},   {"Prescott", SimdLevel::sse2},     {"Core2", SimdLevel::sse2},
+      {"Penryn", SimdLevel::sse2},     {"Dunnington", SimdLevel::sse2},   {"Nehalem", SimdLevel::sse2},
+      {"Atom", SimdLevel::sse2},       {"Nano", SimdLevel::sse2},         {"Barcelona", SimdLevel::sse2},
+      {"Bobcat", SimdLevel::sse2},     {"Opteron", SimdLevel::sse2},      {"Opteron(SSE3)", SimdLevel::sse2},
+      {"Katmai", SimdLevel::sse2},     {"Coppermine", SimdLevel::sse2},   {"Northwood", SimdLevel::sse2},
+      {"Banias", SimdLevel::sse2},     {"Athlon", SimdLevel::sse2}};
+  const auto it = levels.find(name);
+  if (it == levels.end()) return std::nullopt;
+  return it->second;
+}
+
+// The kernel family written for a SIMD level, as OPENBLAS_CORETYPE spells it.
+inline std::string blas_kernel_for(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::avx512:
+      return "SkylakeX";
+    case SimdLevel::avx2:
+      return "Haswell";
+    case SimdLevel::avx:
+      return "Sandybridge";
+    case SimdLevel::sse2:
+      break;
+  }
+  return "Prescott";
+}
+
+// The kernel to load instead of OpenBLAS's choice, or nullopt to keep it: only when the
+// user did not choose (no OPENBLAS_CORETYPE), OpenBLAS's choice is a kernel we know, and
+// the CPU runs a higher SIMD level than that kernel uses.
+inline std::optional<std::string> better_blas_kernel(std::string_view openblas_choice, SimdLevel cpu, bool user_chose) {
+  if (user_chose) return std::nullopt;
+  const auto level = blas_kernel_simd_level(openblas_choice);
+  if (!level || *level >= cpu) return std::nullopt;
+  return blas_kernel_for(cpu);
+}
+
+}  // namespace mha
+
+namespace mha::detail {
+
+inline std::string current_blas_kernel() {
+  const char* name = openblas_get_corename();
+  return name != nullptr ? std::string(name) : std::string("unknown");
+}
+
+// Has OpenBLAS load `kernel` (an OPENBLAS_CORETYPE name) in place of the one it runs,
+// through its own start-up: OPENBLAS_CORETYPE is set for the moment of the call, then
+// restored. False where this OpenBLAS has one kernel only.
+inline bool reload_blas_kernel(const std::string& kernel) {
+  if (gotoblas_dynamic_init == nullptr || gotoblas_dynamic_quit == nullptr) return false;
+  const char* previous = std::getenv("OPENBLAS_CORETYPE");
+  const std::optional<std::string> saved = previous != nullptr ? std::optional<std::string>(previous) : std::nullopt;
+  ::setenv("OPENBLAS_CORETYPE", kernel.c_str(), 1);
+  gotoblas_dynamic_quit();
+  gotoblas_dynamic_init();
+  if (saved) ::setenv("OPENBLAS_CORETYPE", saved->c_str(), 1);
+  else ::unsetenv("OPENBLAS_CORETYPE");
+  return true;
+}
+
+// Once per process: the best kernel this CPU runs, and a note of how it was chosen.
+inline BlasKernel& blas_kernel_state() {
+  static BlasKernel kernel = [] {
+    const std::string chosen = current_blas_kernel();
+    const bool user_chose = std::getenv("OPENBLAS_CORETYPE") != nullptr;
+    if (user_chose) return BlasKernel{chosen, "OPENBLAS_CORETYPE"};
+    const auto better = better_blas_kernel(chosen, cpu_simd_level(), user_chose);
+    if (better && reload_blas_kernel(*better) && current_blas_kernel() == *better)
+      return BlasKernel{*better,
+                        fmt::format("mha (the CPU has {}; OpenBLAS picked {})", to_string(cpu_simd_level()), chosen)};
+    if (better && current_blas_kernel() != chosen) reload_blas_kernel(chosen);  // never leave one we did not mean
+    return BlasKernel{current_blas_kernel(), "OpenBLAS"};
+  }();
+  return kernel;
+}
+
+// The setup runs while the program starts, before main() and before any of its threads
+// could be inside a BLAS call (OpenBLAS must not switch kernels under a running GEMM).
+[[maybe_unused]] const bool blas_kernel_ready = (blas_kernel_state(), true);
+
+}  // namespace mha::detail
+
+export namespace mha {
+
+// The OpenBLAS kernel that runs the library's GEMMs, and who chose it.
+inline const BlasKernel& blas_kernel() { return detail::blas_kernel_state(); }
+
+// Has OpenBLAS run `kernel` (an OPENBLAS_CORETYPE name: "Haswell", "SkylakeX", ...) from
+// now on, as OPENBLAS_CORETYPE does at start-up. Process-wide: call it while no thread is
+// inside a BLAS call. Refuses a kernel this CPU cannot run.
+inline void use_blas_kernel(const std::string& kernel) {
+  const auto level = blas_kernel_simd_level(kernel);
+  check(level.has_value(), "kernel", "expected an OpenBLAS kernel name such as Haswell or SkylakeX, got '{}'", kernel);
+  check(*level <= cpu_simd_level(), "kernel", "expected a kernel this CPU runs (up to {}), got '{}', which needs {}",
+        to_string(cpu_simd_level()), kernel, to_string(*level));
+  detail::blas_kernel_state();  // the start-up choice first, so that it cannot undo this one
+  check(detail::reload_blas_kernel(kernel) && detail::current_blas_kernel() == kernel, "kernel",
+        "expected OpenBLAS to load '{}', but it runs '{}' (an OpenBLAS built for one CPU has one kernel)", kernel,
+        detail::current_blas_kernel());
+  detail::blas_kernel_state() = BlasKernel{kernel, "use_blas_kernel"};
+}
+
+}  // namespace mha
