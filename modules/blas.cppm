@@ -136,10 +136,11 @@ inline const BlasKernel& blas_kernel() { return detail::blas_kernel_state(); }
 // now on, as OPENBLAS_CORETYPE does at start-up. Process-wide: call it while no thread is
 // inside a BLAS call. Refuses a kernel this CPU cannot run.
 inline void use_blas_kernel(const std::string& kernel) {
-  const auto level = blas_kernel_simd_level(kernel);
-  check(level.has_value(), "kernel", "expected an OpenBLAS kernel name such as Haswell or SkylakeX, got '{}'", kernel);
-  check(*level <= cpu_simd_level(), "kernel", "expected a kernel this CPU runs (up to {}), got '{}', which needs {}",
-        to_string(cpu_simd_level()), kernel, to_string(*level));
+  const auto known = blas_kernel_simd_level(kernel);
+  check(known.has_value(), "kernel", "expected an OpenBLAS kernel name such as Haswell or SkylakeX, got '{}'", kernel);
+  const SimdLevel level = known.value_or(SimdLevel::sse2);  // known: checked above
+  check(level <= cpu_simd_level(), "kernel", "expected a kernel this CPU runs (up to {}), got '{}', which needs {}",
+        to_string(cpu_simd_level()), kernel, to_string(level));
   detail::blas_kernel_state();  // the start-up choice first, so that it cannot undo this one
   check(detail::reload_blas_kernel(kernel) && detail::current_blas_kernel() == kernel, "kernel",
         "expected OpenBLAS to load '{}', but it runs '{}' (an OpenBLAS built for one CPU has one kernel)", kernel,
