@@ -40,6 +40,7 @@ struct BlasKernel {
 
 // The vector instruction set an OpenBLAS 0.3.x kernel family is written for; nullopt for
 // a name this table does not know (a newer OpenBLAS's: then it is left alone).
+// inline for its static: see cpu_simd_level() in :cpu.
 inline std::optional<SimdLevel> blas_kernel_simd_level(std::string_view name) {
   static const std::map<std::string, SimdLevel, std::less<>> levels{
       {"SkylakeX", SimdLevel::avx512}, {"Cooperlake", SimdLevel::avx512}, {"SapphireRapids", SimdLevel::avx512},
@@ -57,7 +58,7 @@ inline std::optional<SimdLevel> blas_kernel_simd_level(std::string_view name) {
 }
 
 // The kernel family written for a SIMD level, as OPENBLAS_CORETYPE spells it.
-inline std::string blas_kernel_for(SimdLevel level) {
+std::string blas_kernel_for(SimdLevel level) {
   switch (level) {
     case SimdLevel::avx512:
       return "SkylakeX";
@@ -74,7 +75,7 @@ inline std::string blas_kernel_for(SimdLevel level) {
 // The kernel to load instead of OpenBLAS's choice, or nullopt to keep it: only when the
 // user did not choose (no OPENBLAS_CORETYPE), OpenBLAS's choice is a kernel we know, and
 // the CPU runs a higher SIMD level than that kernel uses.
-inline std::optional<std::string> better_blas_kernel(std::string_view openblas_choice, SimdLevel cpu, bool user_chose) {
+std::optional<std::string> better_blas_kernel(std::string_view openblas_choice, SimdLevel cpu, bool user_chose) {
   if (user_chose) return std::nullopt;
   const auto level = blas_kernel_simd_level(openblas_choice);
   if (!level || *level >= cpu) return std::nullopt;
@@ -85,7 +86,7 @@ inline std::optional<std::string> better_blas_kernel(std::string_view openblas_c
 
 namespace mha::detail {
 
-inline std::string current_blas_kernel() {
+std::string current_blas_kernel() {
   const char* name = openblas_get_corename();
   return name != nullptr ? std::string(name) : std::string("unknown");
 }
@@ -93,7 +94,7 @@ inline std::string current_blas_kernel() {
 // Has OpenBLAS load `kernel` (an OPENBLAS_CORETYPE name) in place of the one it runs,
 // through its own start-up: OPENBLAS_CORETYPE is set for the moment of the call, then
 // restored. False where this OpenBLAS has one kernel only.
-inline bool reload_blas_kernel(const std::string& kernel) {
+bool reload_blas_kernel(const std::string& kernel) {
   if (gotoblas_dynamic_init == nullptr || gotoblas_dynamic_quit == nullptr) return false;
   const char* previous = std::getenv("OPENBLAS_CORETYPE");
   const std::optional<std::string> saved = previous != nullptr ? std::optional<std::string>(previous) : std::nullopt;
@@ -106,6 +107,7 @@ inline bool reload_blas_kernel(const std::string& kernel) {
 }
 
 // Once per process: the best kernel this CPU runs, and a note of how it was chosen.
+// inline for its static: see cpu_simd_level() in :cpu.
 inline BlasKernel& blas_kernel_state() {
   static BlasKernel kernel = [] {
     const std::string chosen = current_blas_kernel();
@@ -130,12 +132,12 @@ inline BlasKernel& blas_kernel_state() {
 export namespace mha {
 
 // The OpenBLAS kernel that runs the library's GEMMs, and who chose it.
-inline const BlasKernel& blas_kernel() { return detail::blas_kernel_state(); }
+const BlasKernel& blas_kernel() { return detail::blas_kernel_state(); }
 
 // Has OpenBLAS run `kernel` (an OPENBLAS_CORETYPE name: "Haswell", "SkylakeX", ...) from
 // now on, as OPENBLAS_CORETYPE does at start-up. Process-wide: call it while no thread is
 // inside a BLAS call. Refuses a kernel this CPU cannot run.
-inline void use_blas_kernel(const std::string& kernel) {
+void use_blas_kernel(const std::string& kernel) {
   const auto known = blas_kernel_simd_level(kernel);
   check(known.has_value(), "kernel", "expected an OpenBLAS kernel name such as Haswell or SkylakeX, got '{}'", kernel);
   const SimdLevel level = known.value_or(SimdLevel::sse2);  // known: checked above

@@ -15,7 +15,7 @@ export namespace mha {
 // The vector instruction sets, in the order each includes the one before.
 enum class SimdLevel { sse2 = 0, avx = 1, avx2 = 2, avx512 = 3 };
 
-inline const char* to_string(SimdLevel level) {
+const char* to_string(SimdLevel level) {
   switch (level) {
     case SimdLevel::avx512:
       return "AVX-512";
@@ -32,6 +32,8 @@ inline const char* to_string(SimdLevel level) {
 // The best level this CPU and its operating system support. AVX-512 counts only with
 // F, DQ, BW, VL and CD: the subsets that OpenBLAS's SkylakeX kernels and our AVX-512
 // softmax use.
+// inline, as every function with a static of its own: clang 16 copies the body of a
+// non-inline module function into the code that imports it, static and all.
 inline SimdLevel cpu_simd_level() {
 #if defined(__x86_64__)
   static const SimdLevel level = [] {
@@ -52,7 +54,7 @@ inline SimdLevel cpu_simd_level() {
 
 namespace mha::detail {
 
-inline bool has_avx2() { return cpu_simd_level() >= SimdLevel::avx2; }
-inline bool has_avx512() { return cpu_simd_level() >= SimdLevel::avx512; }
+bool has_avx2() { return cpu_simd_level() >= SimdLevel::avx2; }
+bool has_avx512() { return cpu_simd_level() >= SimdLevel::avx512; }
 
 }  // namespace mha::detail

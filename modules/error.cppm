@@ -18,12 +18,12 @@ public:
 };
 
 // A shape written as PyTorch prints one: (2, 3, 4); a 1-D shape as (5,).
-inline std::string shape_string(std::span<const std::size_t> shape) {
+std::string shape_string(std::span<const std::size_t> shape) {
   if (shape.size() == 1) return fmt::format("({},)", shape[0]);
   return fmt::format("({})", fmt::join(shape, ", "));
 }
 
-inline std::string shape_string(std::initializer_list<std::size_t> shape) {
+std::string shape_string(std::initializer_list<std::size_t> shape) {
   return shape_string(std::span<const std::size_t>(shape.begin(), shape.size()));
 }
 

@@ -85,7 +85,7 @@ V field(const nlohmann::json& j, const char* section, const char* key, const std
 
 // Parses the text of a case.json; `dir` is the case folder it belongs to (for the
 // case's name and the messages). Throws mha::Error for anything malformed.
-inline CaseInfo parse_case_info(std::string_view json, const std::filesystem::path& dir) {
+CaseInfo parse_case_info(std::string_view json, const std::filesystem::path& dir) {
   using golden_detail::field;
   const std::string where = dir.string();
   nlohmann::json j;
@@ -131,7 +131,7 @@ inline CaseInfo parse_case_info(std::string_view json, const std::filesystem::pa
   return c;
 }
 
-inline CaseInfo read_case_info(const std::filesystem::path& dir) {
+CaseInfo read_case_info(const std::filesystem::path& dir) {
   std::ifstream in(dir / "case.json", std::ios::binary);
   if (!in) throw Error(fmt::format("{}: cannot open case.json", dir.string()));
   const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -325,7 +325,7 @@ CaseResult check_case_as(const CaseInfo& info) {
 }
 
 // Checks one case folder. Never throws: a malformed case is a FAIL with the reason.
-inline CaseResult check_case(const std::filesystem::path& dir) {
+CaseResult check_case(const std::filesystem::path& dir) {
   const std::string name = dir.filename().string();
   try {
     const CaseInfo info = read_case_info(dir);
@@ -338,7 +338,7 @@ inline CaseResult check_case(const std::filesystem::path& dir) {
 }
 
 // The case folders at or under each path (a folder with case.json is a case), sorted.
-inline std::vector<std::filesystem::path> find_cases(const std::vector<std::filesystem::path>& roots) {
+std::vector<std::filesystem::path> find_cases(const std::vector<std::filesystem::path>& roots) {
   std::vector<std::filesystem::path> cases;
   for (const auto& root : roots) {
     if (!std::filesystem::is_directory(root)) throw Error(fmt::format("path: {} is not a folder", root.string()));

@@ -61,7 +61,7 @@ std::size_t columns(const StateDict<T>& d, const std::string& key) {
   return extent(d, key, 1);
 }
 
-inline std::size_t head_dim(std::size_t E, std::size_t H) {
+std::size_t head_dim(std::size_t E, std::size_t H) {
   check(H > 0 && E % H == 0, "num_heads", "embed_dim {} must be divisible by num_heads, got num_heads = {}", E, H);
   return E / H;
 }
@@ -245,7 +245,7 @@ xt::xarray<T> group_kv_heads(const xt::xarray<T>& w, std::size_t H, std::size_t 
   return out;
 }
 
-inline void check_kv_heads(std::size_t H, std::size_t Hkv) {
+void check_kv_heads(std::size_t H, std::size_t Hkv) {
   check(Hkv > 0 && Hkv <= H && H % Hkv == 0, "num_key_value_heads", "must divide num_heads = {}, got {}", H, Hkv);
 }
 

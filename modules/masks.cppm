@@ -44,7 +44,7 @@ xt::xarray<T> canonical_mask(const Mask<T>& mask) {
 
 // The causal mask as a bool mask: True above the diagonal, so query i sees keys 0..i.
 // (L, S)
-inline xt::xtensor<bool, 2> causal_mask(std::size_t L, std::size_t S) {
+xt::xtensor<bool, 2> causal_mask(std::size_t L, std::size_t S) {
   xt::xtensor<bool, 2> mask({L, S});
   for (std::size_t i = 0; i < L; ++i)
     for (std::size_t j = 0; j < S; ++j) mask(i, j) = j > i;

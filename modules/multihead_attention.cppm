@@ -858,3 +858,10 @@ private:
 };
 
 }  // namespace mha
+
+// The module is compiled once, in the library, for float and double (instantiations.cpp):
+// code that imports mha calls those instead of compiling the whole forward again.
+namespace mha {
+extern template class MultiheadAttention<float>;
+extern template class MultiheadAttention<double>;
+}  // namespace mha

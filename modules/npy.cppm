@@ -29,7 +29,7 @@ struct NpyArray {
 };
 
 // The dtype name of a descr: '<f4' -> "float32", '|b1' -> "bool", '<i4' -> "int32".
-inline std::string dtype_name(std::string_view descr) {
+std::string dtype_name(std::string_view descr) {
   static constexpr std::pair<std::string_view, std::string_view> names[] = {
       {"|b1", "bool"},  {"|i1", "int8"},   {"|u1", "uint8"},   {"<i2", "int16"}, {"<u2", "uint16"}, {"<f2", "float16"},
       {"<i4", "int32"}, {"<u4", "uint32"}, {"<f4", "float32"}, {"<i8", "int64"}, {"<u8", "uint64"}, {"<f8", "float64"}};
@@ -49,7 +49,7 @@ constexpr std::string_view npy_descr() {
 
 namespace npy_detail {
 
-inline std::size_t itemsize(std::string_view descr, const std::string& where) {
+std::size_t itemsize(std::string_view descr, const std::string& where) {
   // Every dtype dtype_name() knows: one kind letter and the size in bytes, e.g. '<f4'.
   if (dtype_name(descr) != descr) return static_cast<std::size_t>(descr.back() - '0');
   throw Error(
@@ -57,7 +57,7 @@ inline std::size_t itemsize(std::string_view descr, const std::string& where) {
 }
 
 // The value of `key` in NumPy's header dict, e.g. {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
-inline std::string_view header_value(std::string_view header, std::string_view key, const std::string& where) {
+std::string_view header_value(std::string_view header, std::string_view key, const std::string& where) {
   const std::string quoted = fmt::format("'{}':", key);
   const auto at = header.find(quoted);
   if (at == std::string_view::npos) throw Error(fmt::format("{}: npy header has no '{}'", where, key));
@@ -71,7 +71,7 @@ inline std::string_view header_value(std::string_view header, std::string_view k
   return rest.substr(0, end + (rest.front() == '(' || rest.front() == '\'' ? 1 : 0));
 }
 
-inline std::vector<std::size_t> parse_shape(std::string_view text, const std::string& where) {
+std::vector<std::size_t> parse_shape(std::string_view text, const std::string& where) {
   // "(2, 3)", "(5,)" or "()"
   if (text.size() < 2 || text.front() != '(' || text.back() != ')')
     throw Error(fmt::format("{}: npy shape '{}' is not a tuple", where, text));
@@ -104,7 +104,7 @@ inline std::vector<std::size_t> parse_shape(std::string_view text, const std::st
 
 // Parses the bytes of a whole .npy file; `where` names it in messages. Throws mha::Error
 // for anything malformed.
-inline NpyArray parse_npy(std::span<const char> file, const std::string& where) {
+NpyArray parse_npy(std::span<const char> file, const std::string& where) {
   // 1) magic "\x93NUMPY", version, header length (2 bytes in 1.0, 4 bytes in 2.0 and 3.0)
   if (file.size() < 10 || std::memcmp(file.data(), "\x93NUMPY", 6) != 0)
     throw Error(fmt::format("{}: not a .npy file (bad magic string)", where));
@@ -152,7 +152,7 @@ inline NpyArray parse_npy(std::span<const char> file, const std::string& where) 
 }
 
 // Reads a whole .npy file. Throws mha::Error for anything malformed.
-inline NpyArray read_npy(const std::filesystem::path& path) {
+NpyArray read_npy(const std::filesystem::path& path) {
   const std::string where = path.string();
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("{}: cannot open file", where));

@@ -65,7 +65,7 @@ struct Safetensors {
 };
 
 // The bytes per element of a safetensors dtype; 0 for a name the format does not have.
-inline std::size_t safetensors_itemsize(std::string_view dtype) {
+std::size_t safetensors_itemsize(std::string_view dtype) {
   static constexpr std::pair<std::string_view, std::size_t> sizes[] = {
       {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F16", 2}, {"BF16", 2}, {"I16", 2}, {"U16", 2},
       {"F32", 4},  {"I32", 4}, {"U32", 4}, {"F64", 8}, {"I64", 8},  {"U64", 8}};
@@ -83,7 +83,7 @@ constexpr std::string_view safetensors_dtype() {
 }
 
 // IEEE 754 half precision (1 sign, 5 exponent, 10 mantissa bits) to float, exactly.
-inline float half_to_float(std::uint16_t h) {
+float half_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
   float magnitude;
@@ -95,7 +95,7 @@ inline float half_to_float(std::uint16_t h) {
 }
 
 // bfloat16 is the top half of a float's bits: shift them back into place.
-inline float bfloat16_to_float(std::uint16_t b) {
+float bfloat16_to_float(std::uint16_t b) {
   const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
   float f;
   std::memcpy(&f, &bits, sizeof f);
@@ -104,20 +104,20 @@ inline float bfloat16_to_float(std::uint16_t b) {
 
 namespace safetensors_detail {
 
-inline std::uint64_t read_le64(const char* p) {
+std::uint64_t read_le64(const char* p) {
   std::uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 
 // A non-negative JSON integer, or an Error naming what it is.
-inline std::size_t json_size(const nlohmann::json& j, const std::string& what) {
+std::size_t json_size(const nlohmann::json& j, const std::string& what) {
   if (!j.is_number_unsigned()) throw Error(fmt::format("{}: expected a non-negative integer, got {}", what, j.dump()));
   return j.get<std::size_t>();
 }
 
 // numel * itemsize, or an Error when it overflows.
-inline std::size_t byte_count(const std::vector<std::size_t>& shape, std::size_t itemsize, const std::string& what) {
+std::size_t byte_count(const std::vector<std::size_t>& shape, std::size_t itemsize, const std::string& what) {
   std::size_t bytes = itemsize;
   for (auto d : shape) {
     if (d != 0 && bytes > std::numeric_limits<std::size_t>::max() / d)
@@ -134,7 +134,7 @@ struct Entry {
   std::size_t begin = 0, end = 0;
 };
 
-inline Entry parse_entry(const std::string& name, const nlohmann::json& j, const std::string& where) {
+Entry parse_entry(const std::string& name, const nlohmann::json& j, const std::string& where) {
   const std::string what = fmt::format("{}: tensor '{}'", where, name);
   if (!j.is_object())
     throw Error(fmt::format("{}: expected an object with dtype, shape and data_offsets, got {}", what, j.dump()));
@@ -161,7 +161,7 @@ inline Entry parse_entry(const std::string& name, const nlohmann::json& j, const
 }
 
 // The entries must tile [0, data_size): sorted by begin, each starts where the last ended.
-inline void check_tiling(std::vector<Entry>& entries, std::size_t data_size, const std::string& where) {
+void check_tiling(std::vector<Entry>& entries, std::size_t data_size, const std::string& where) {
   std::sort(entries.begin(), entries.end(),
             [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   std::size_t expected_begin = 0;
@@ -184,7 +184,7 @@ inline void check_tiling(std::vector<Entry>& entries, std::size_t data_size, con
 }  // namespace safetensors_detail
 
 // Reads a whole .safetensors file. Throws mha::Error for anything malformed.
-inline Safetensors read_safetensors(const std::filesystem::path& path) {
+Safetensors read_safetensors(const std::filesystem::path& path) {
   namespace sd = safetensors_detail;
   const std::string where = path.string();
   std::ifstream in(path, std::ios::binary);
@@ -354,14 +354,14 @@ struct AttentionLayer {
 };
 
 // Every state_dict key nn.MultiheadAttention can have, in PyTorch's order.
-inline std::vector<std::string> multihead_attention_keys() {
+std::vector<std::string> multihead_attention_keys() {
   return {"in_proj_weight", "q_proj_weight", "k_proj_weight",   "v_proj_weight", "in_proj_bias",
           "bias_k",         "bias_v",        "out_proj.weight", "out_proj.bias"};
 }
 
 // The attention layers among `names`: every prefix P with P + "out_proj.weight" and
 // P + "in_proj_weight" (packed) or P + "q_proj_weight" (separate), sorted by prefix.
-inline std::vector<std::string> attention_layer_prefixes(const std::vector<std::string>& names) {
+std::vector<std::string> attention_layer_prefixes(const std::vector<std::string>& names) {
   std::vector<std::string> prefixes;
   const std::string out = "out_proj.weight";
   for (const auto& name : names) {
@@ -377,7 +377,7 @@ inline std::vector<std::string> attention_layer_prefixes(const std::vector<std::
 }
 
 // The one attention layer under `prefix`: an Error when there is none, or more than one.
-inline std::string select_attention_layer(const std::vector<std::string>& names, std::string_view prefix) {
+std::string select_attention_layer(const std::vector<std::string>& names, std::string_view prefix) {
   const auto all = attention_layer_prefixes(names);
   std::vector<std::string> matching;
   for (const auto& p : all)
@@ -428,7 +428,7 @@ AttentionLayer describe_attention_layer(const StateDict<T>& layer, const std::st
 }
 
 // Options for a MultiheadAttention that can load this layer; num_heads is the caller's.
-inline Options options_for(const AttentionLayer& layer, std::int64_t num_heads) {
+Options options_for(const AttentionLayer& layer, std::int64_t num_heads) {
   Options options;
   options.embed_dim = layer.embed_dim;
   options.num_heads = num_heads;

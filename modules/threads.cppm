@@ -28,6 +28,7 @@ extern "C" int openblas_get_num_threads(void);
 namespace mha::detail {
 
 // The library's thread count, starting from OpenBLAS's (OPENBLAS_NUM_THREADS, or every core).
+// inline for its static: see cpu_simd_level() in :cpu.
 inline std::atomic<int>& thread_count() {
   static std::atomic<int> count{std::max(1, openblas_get_num_threads())};
   return count;
@@ -40,13 +41,13 @@ export namespace mha {
 // Gives the library `num_threads` threads for its own parallel work, with OpenBLAS held
 // to one thread inside them. Process-wide, like torch.set_num_threads; call it before
 // forward() runs anywhere, not while it runs.
-inline void set_num_threads(int num_threads) {
+void set_num_threads(int num_threads) {
   check(num_threads >= 1, "num_threads", "expected at least 1 thread, got {}", num_threads);
   detail::thread_count() = num_threads;
   openblas_set_num_threads(1);
 }
 
-inline int num_threads() { return detail::thread_count(); }
+int num_threads() { return detail::thread_count(); }
 
 }  // namespace mha
 
@@ -54,12 +55,12 @@ namespace mha::detail {
 
 // The threads a fast forward splits its work over: the library's, while OpenBLAS runs
 // single-threaded; otherwise one, the caller's, and OpenBLAS threads each GEMM.
-inline int engine_threads() { return openblas_get_num_threads() == 1 ? num_threads() : 1; }
+int engine_threads() { return openblas_get_num_threads() == 1 ? num_threads() : 1; }
 
 // Runs task(0), ..., task(count - 1), on up to `threads` threads, each taking the next
 // index when it is free. With one thread (or one task) everything runs here, in order.
 // Each call has threads of its own: calls from several threads at once share nothing.
-inline void parallel_for(std::size_t count, int threads, const std::function<void(std::size_t)>& task) {
+void parallel_for(std::size_t count, int threads, const std::function<void(std::size_t)>& task) {
   const std::size_t workers = std::min<std::size_t>(count, static_cast<std::size_t>(std::max(1, threads)));
   if (workers <= 1) {
     for (std::size_t i = 0; i < count; ++i) task(i);
