@@ -2,7 +2,7 @@
 """Generate the golden cases: what real torch.nn.MultiheadAttention computes.
 
 Every case is a folder `<case-name>/` holding `case.json` and `.npy` tensors, in the
-format of shared/golden-format.md (version 1). The expected numbers come from a real
+format of golden/FORMAT.md (version 1). The expected numbers come from a real
 `torch.nn.MultiheadAttention` (PyTorch 1.13, Debian's python3-torch) in eval mode, run
 on its slow path, `torch.nn.functional.multi_head_attention_forward`: the same math as
 the C++ code, step by step. `q.npy`, `k.npy`, `v.npy` come from PyTorch's own

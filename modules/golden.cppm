@@ -1,7 +1,7 @@
 // mha:golden — golden cases written by PyTorch, and checking this library against them.
 //
 // A case is a folder with case.json and .npy tensors, in the format of
-// shared/golden-format.md (version 1): the module's options, its parameters under
+// golden/FORMAT.md (version 1): the module's options, its parameters under
 // PyTorch's state_dict names, the forward inputs, and what PyTorch returned. This
 // partition reads a case, builds the module from it, runs every variant (packed, and
 // separate after splitting), and compares each expected tensor within the case's
