@@ -1,0 +1,27 @@
+"""The golden generator behind golden/generate.py, one idea per module:
+
+    cases.py          the case tables: Case, Rejection, Extreme; CASES, REJECTIONS,
+                      EXTREME_CASES
+    draws.py          random draws that are the same under every CPU kernel; seeds
+    case_tensors.py   a case's module, inputs and masks, drawn from its seed
+    runner.py         running PyTorch: slow path only, its own q, k, v, and the checks
+    files.py          .npy and JSON files, and the folders that hold them
+    writers.py        case folders: numeric, rejection and extreme-value cases
+    layouts.py        golden/layouts/: other models' weight layouts
+    weights.py        golden/weights/: a TransformerEncoder as safetensors, F16/BF16 data
+    golden_folder.py  a whole golden folder: cases/, layouts/ and weights/
+    check.py          --check: regenerate and compare, byte for byte or within MAX_ULPS
+"""
+
+import os
+
+# One thread everywhere: BLAS and PyTorch sum in a different order with more threads,
+# and the last bits of the goldens would then depend on the machine.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
+
+# Imported only now: OpenBLAS reads the variables above when it is loaded.
+import torch
+
+torch.set_num_threads(1)

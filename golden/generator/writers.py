@@ -1,0 +1,103 @@
+"""Writing case folders (golden/cases/<name>/): case.json, the parameters and inputs as
+.npy files, and, for a numeric case, what PyTorch returned. A rejection case has no
+outputs; an extreme case is a numeric case whose drawn inputs get one extreme value."""
+
+import functools
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from .case_tensors import make_tensors
+from .cases import CASES, EXTREME_CASES, REJECTIONS, Case, Rejection
+from .files import FORMAT_VERSION, new_folder, remove_stale_folders, save_npy, write_json
+from .runner import check_torch_rejects, run_case
+
+DTYPE_NAME = {torch.float32: "float32", torch.float64: "float64"}
+
+
+def save_parameters(folder: Path, mha: torch.nn.MultiheadAttention) -> None:
+    """PyTorch's own parameter names: in_proj_weight, out_proj.weight, bias_k, ..."""
+    for name, p in mha.named_parameters():
+        save_npy(folder, name, p)
+
+
+def save_inputs(folder: Path, tensors: dict) -> None:
+    for name in ("query", "key", "value", "key_padding_mask", "attn_mask"):
+        if tensors[name] is not None:
+            save_npy(folder, name, tensors[name])
+
+
+def case_document(case: Case, module: dict, forward: dict, tensors: dict,
+                  expect_error: bool) -> dict:
+    """What case.json holds: the options of the call and how its inputs relate."""
+    return {
+        "format": FORMAT_VERSION,
+        "description": case.description,
+        "dtype": DTYPE_NAME[case.dtype],
+        "module": module,
+        "forward": forward,
+        "tolerance": case.tolerance,
+        "expect_error": expect_error,
+        # Our own field: was forward called with the same tensor object? (The packed
+        # in-projection takes a different route for self- and encoder-decoder attention.)
+        "inputs": {"query_is_key": tensors["query"] is tensors["key"],
+                   "key_is_value": tensors["key"] is tensors["value"]},
+    }
+
+
+def write_case_inputs(out: Path, case: Case, document: dict, mha, tensors: dict) -> Path:
+    """A new folder for the case holding case.json, the parameters and the inputs:
+    everything but what PyTorch returned. Returns the folder."""
+    folder = new_folder(out / case.name)
+    write_json(folder / "case.json", document)
+    save_parameters(folder, mha)
+    save_inputs(folder, tensors)
+    return folder
+
+
+def write_case(out: Path, case: Case, alter: Optional[Callable[[dict], None]] = None) -> None:
+    """A numeric case: its inputs and what PyTorch returned for them. alter, when given,
+    changes the drawn inputs before PyTorch runs (an extreme case's poke)."""
+    mha, tensors, outputs, qkv = run_case(case, alter)
+    document = case_document(case, case.module_options(), case.forward_options(), tensors,
+                             expect_error=False)
+    folder = write_case_inputs(out, case, document, mha, tensors)
+    for name, tensor in {**outputs, **qkv}.items():
+        save_npy(folder, name, tensor)
+
+
+def write_rejection(out: Path, rejection: Rejection) -> None:
+    """A rejection case: the valid base case's tensors, broken by its defect, and its
+    options with the overrides; no outputs. Where PyTorch 1.13 rejects it too, that is
+    checked first."""
+    case = rejection.case
+    mha, tensors = make_tensors(case, rejection.defect)
+    if rejection.torch_rejects:
+        check_torch_rejects(rejection, mha, tensors)
+    document = case_document(case, rejection.module_options(), rejection.forward_options(),
+                             tensors, expect_error=True)
+    write_case_inputs(out, case, document, mha, tensors)
+
+
+def case_writers() -> dict:
+    """Every golden case by name, with the function that writes it: name -> write(out)."""
+    writers = [(c.name, functools.partial(write_case, case=c)) for c in CASES]
+    writers += [(r.name, functools.partial(write_rejection, rejection=r)) for r in REJECTIONS]
+    writers += [(x.case.name, functools.partial(write_case, case=x.case, alter=x.poke))
+                for x in EXTREME_CASES]
+    assert len(writers) == len(dict(writers)), "case names must be unique"
+    return dict(writers)
+
+
+def generate_cases(out: Path, names: Optional[list] = None) -> int:
+    """Write the cases called `names` (all cases when None) into `out`. Each case draws
+    from its own seed, so a case written alone is the same as written with the others."""
+    writers = case_writers()
+    out.mkdir(parents=True, exist_ok=True)
+    if names is None:
+        names = list(writers)
+        remove_stale_folders(out, "case.json")
+    for name in names:
+        writers[name](out)
+    return len(names)
