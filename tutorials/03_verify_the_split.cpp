@@ -4,7 +4,7 @@
 //   F.multi_head_attention_forward(query, key, value, ...)
 // But that function returns (attn_output, attn_output_weights): element [1] is the
 // attention weights, (N, L, S) averaged over heads, not anything projected. Its shape
-// alone gives it away; when L = S = E it even looks plausible. This program shows the
+// alone gives it away; when N = L and S = E it even looks like q's (L, N, E). This program shows the
 // shapes side by side, then verifies the split the two right ways:
 //   a) against PyTorch's own in-projection (_in_projection_packed), which the golden case
 //      records as q.npy, k.npy, v.npy;

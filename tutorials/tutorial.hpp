@@ -138,7 +138,7 @@ public:
   bool differs(std::string_view what, const A& got, const B& expected) {
     const auto r = compare(got, expected);
     ok_ = ok_ && !r.ok;
-    if (r.ok) fmt::print("  {:<44} matches PyTorch, but this mistake should not!\n", what);
+    if (r.ok) fmt::print("  {:<44} gives the same numbers, but this mistake should not!\n", what);
     else if (r.max_abs_err > 0)
       fmt::print("  {:<44} differs, as it should (max_abs_err={:.2f})\n", what, r.max_abs_err);
     else fmt::print("  {:<44} differs, as it should ({})\n", what, r.mismatch);
