@@ -19,7 +19,6 @@ module;
 export module mha:attention;
 
 import :error;
-import :detail;
 import :random;
 
 export namespace mha {
@@ -77,15 +76,30 @@ void softmax_last_dim(xt::xtensor<T, 3>& scores) {
   }
 }
 
+// What dropout multiplies a kept weight by: 1 / (1 - p), so that the expected value is
+// unchanged; with p = 1 nothing is kept and the scale is 0 (not 1 / 0).
+template <class T>
+T dropout_scale(double p) {
+  return p == 1.0 ? T(0) : T(1.0 / (1.0 - p));
+}
+
 // Dropout on the attention weights: each weight is zeroed with probability p and the
-// survivors are scaled by 1 / (1 - p), so the expected value is unchanged.
+// survivors are multiplied by dropout_scale(p).
 template <class T>
 void dropout(xt::xtensor<T, 3>& weights, double p, Generator& generator) {
   check(p >= 0.0 && p <= 1.0, "dropout", "dropout probability has to be between 0 and 1, but got {}", p);
   if (p == 0.0) return;
-  const T scale = p == 1.0 ? T(0) : T(1.0 / (1.0 - p));
+  const T scale = dropout_scale<T>(p);
   // Multiplied by 0 or 1 / (1 - p), as PyTorch's dropout does: a dropped NaN stays NaN.
   for (auto& w : weights) w *= generator.bernoulli(p) ? T(0) : scale;
+}
+
+// What q is multiplied by before q . k^T: sqrt(1/D), as PyTorch 2.x writes it
+// (q * math.sqrt(1.0 / float(D))). Multiplying by sqrt(1/D) and dividing by sqrt(D)
+// differ in the last bit, so every path scales by this one number.
+template <class T>
+T attention_scale(std::size_t D) {
+  return static_cast<T>(std::sqrt(1.0 / static_cast<double>(D)));
 }
 
 template <class T>
@@ -111,7 +125,7 @@ Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::
   const std::size_t Dv = v.shape(2);
 
   // 1) scale q, as PyTorch 2.x does (q * sqrt(1/D)), before the matmul rather than after.
-  const T scale = static_cast<T>(std::sqrt(1.0 / static_cast<double>(D)));
+  const T scale = attention_scale<T>(D);
   xt::xtensor<T, 3> q_scaled({B, L, D});
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t i = 0; i < L; ++i)

@@ -18,12 +18,12 @@ module;
 
 module mha:flash_attention;
 
-import :error;
 import :random;
-import :detail;
 import :threads;
-import :cpu;
-import :fast_attention;
+import :linear;
+import :attention;
+import :attention_problem;
+import :softmax_kernels;
 
 namespace mha::detail {
 
@@ -76,41 +76,21 @@ struct TileRows {
   T keep_scale;
 };
 
-// Mask and online softmax update of every row of a tile; compiled for baseline x86-64
-// and for AVX2 + FMA and AVX-512, like softmax_rows in :fast_attention.
-template <class T>
-[[gnu::always_inline]] inline void online_softmax_tile_kernel(const AdditiveMasks<T>& masks, const TileRows<T>& t,
-                                                              OnlineSoftmax<T>& state) {
-  for (std::size_t i = 0; i < t.rows; ++i) {
-    T* row = t.scores + i * t.cols;
-    const T* attn = masks.attn_row(t.b, t.i0 + i);
-    const T tile_max =
-        add_masks_and_max(row, t.cols, attn ? attn + t.j0 : nullptr, t.padding ? t.padding + t.j0 : nullptr);
-    const unsigned char* d = t.drop ? t.drop + i * t.S + t.j0 : nullptr;
-    online_softmax_row(row, t.cols, tile_max, state.max[i], state.sum[i], t.output + i * t.ldo, t.D, d, t.keep_scale);
+// Mask and online softmax update of every row of a tile: the kernel that
+// run_for_this_cpu (:softmax_kernels) compiles once per SIMD level.
+struct OnlineSoftmaxTile {
+  template <class T>
+  [[gnu::always_inline]] static void run(const AdditiveMasks<T>& masks, const TileRows<T>& t, OnlineSoftmax<T>& state) {
+    for (std::size_t i = 0; i < t.rows; ++i) {
+      T* row = t.scores + i * t.cols;
+      const T* attn = masks.attn_row(t.b, t.i0 + i);
+      const T tile_max =
+          add_masks_and_max(row, t.cols, attn ? attn + t.j0 : nullptr, t.padding ? t.padding + t.j0 : nullptr);
+      const unsigned char* d = t.drop ? t.drop + i * t.S + t.j0 : nullptr;
+      online_softmax_row(row, t.cols, tile_max, state.max[i], state.sum[i], t.output + i * t.ldo, t.D, d, t.keep_scale);
+    }
   }
-}
-#if defined(__x86_64__)
-template <class T>
-[[gnu::target("avx2,fma")]] void online_softmax_tile_avx2(const AdditiveMasks<T>& masks, const TileRows<T>& t,
-                                                          OnlineSoftmax<T>& state) {
-  online_softmax_tile_kernel(masks, t, state);
-}
-template <class T>
-[[gnu::target("avx512f,avx512dq,avx2,fma")]] void online_softmax_tile_avx512(const AdditiveMasks<T>& masks,
-                                                                             const TileRows<T>& t,
-                                                                             OnlineSoftmax<T>& state) {
-  online_softmax_tile_kernel(masks, t, state);
-}
-#endif
-template <class T>
-void online_softmax_tile(const AdditiveMasks<T>& masks, const TileRows<T>& t, OnlineSoftmax<T>& state) {
-#if defined(__x86_64__)
-  if (has_avx512()) return online_softmax_tile_avx512(masks, t, state);
-  if (has_avx2()) return online_softmax_tile_avx2(masks, t, state);
-#endif
-  online_softmax_tile_kernel(masks, t, state);
-}
+};
 
 // Query rows [i0, i0 + rows) of batch-head b, all keys, tile by tile.
 template <class T>
@@ -121,7 +101,7 @@ void attend_query_tile(const AttentionProblem<T>& pb, std::size_t b, std::size_t
   const T* q = pb.q.head(n, h, D) + i0 * pb.q.row_stride;
   T* out = pb.out.head(n, h, D) + i0 * ldo;  // (rows, D) with leading dimension N*E (or E batch_first)
   for (std::size_t i = 0; i < rows; ++i) std::fill(out + i * ldo, out + i * ldo + D, T(0));
-  const T keep_scale = pb.dropout_p == 1.0 ? T(0) : T(1.0 / (1.0 - pb.dropout_p));
+  const T keep_scale = dropout_scale<T>(pb.dropout_p);
   const T* padding = pb.masks.padding_row(n);
   OnlineSoftmax<T> state(rows);
   for (std::size_t j0 = 0; j0 < S; j0 += key_tile) {
@@ -133,7 +113,7 @@ void attend_query_tile(const AttentionProblem<T>& pb, std::size_t b, std::size_t
     TileRows<T> tile{
         scores.data(), rows, cols, b, i0, j0, padding, out, ldo, D, drop.empty() ? nullptr : drop.data(), S,
         keep_scale};
-    online_softmax_tile(pb.masks, tile, state);
+    run_for_this_cpu<OnlineSoftmaxTile>(pb.masks, tile, state);
     // 3) o += P . v_tile: (rows, cols) x (cols, D) -> (rows, D)
     gemm<T>(/*trans_a=*/false, /*trans_b=*/false, rows, D, cols, T(1), scores.data(), cols,
             pb.v.head(n, h, D) + j0 * pb.v.row_stride, pb.v.row_stride, /*beta=*/T(1), out, ldo);
@@ -145,31 +125,26 @@ void attend_query_tile(const AttentionProblem<T>& pb, std::size_t b, std::size_t
     for (std::size_t d = 0; d < D; ++d) out[i * ldo + d] /= state.sum[i];
 }
 
-// Every batch-head, tile by tile. With dropout, one thread and the reference's draw
-// order: the keep decisions of Tq rows x S keys are drawn before their tile runs.
+// Every batch-head, tile by tile, each worker taking the next (batch-head, query tile)
+// when it is free. With dropout, one thread and the reference's draw order: the keep
+// decisions of Tq rows x S keys are drawn before their tile runs.
 template <class T>
 void flash_attention(const AttentionProblem<T>& pb) {
   const std::size_t B = pb.N * pb.H, L = pb.L, S = pb.S;
   const std::size_t tiles = (L + query_tile - 1) / query_tile;
-  const bool dropout = pb.dropout_p > 0;
-  const bool big = 4.0 * static_cast<double>(L * S) * static_cast<double>(pb.D) * static_cast<double>(B) > 4e6;
-  const int threads = dropout || !big ? 1 : pb.threads;
-  std::atomic<std::size_t> next{0};
+  const int threads = attention_threads(pb);
   const std::size_t tasks = B * tiles;
+  std::vector<std::vector<T>> local;
   const std::size_t workers = std::min<std::size_t>(tasks, static_cast<std::size_t>(threads));
-  if (pb.scratch && pb.scratch->size() < workers) pb.scratch->resize(workers);
-  parallel_for(workers, threads, [&](std::size_t slot) {
-    std::vector<T> local;
-    std::vector<T>& scores = scratch_buffer(pb, local, slot, query_tile * key_tile);  // (Tq, Tk)
-    std::vector<unsigned char> drop;                                                  // (Tq, S), with dropout only
-    for (std::size_t t = next++; t < tasks; t = next++) {
-      const std::size_t b = t / tiles, i0 = (t % tiles) * query_tile, rows = std::min(query_tile, L - i0);
-      if (dropout) {
-        drop.resize(rows * S);
-        for (auto& x : drop) x = pb.generator->bernoulli(pb.dropout_p) ? 1 : 0;
-      }
-      attend_query_tile(pb, b, i0, rows, scores, drop);
+  auto& scores = worker_scratch(pb, local, workers, query_tile * key_tile);  // (Tq, Tk) per worker
+  std::vector<unsigned char> drop;                                           // (Tq, S), with dropout only
+  parallel_for(tasks, threads, [&](std::size_t t, std::size_t worker) {
+    const std::size_t b = t / tiles, i0 = (t % tiles) * query_tile, rows = std::min(query_tile, L - i0);
+    if (pb.dropout_p > 0) {  // one thread (attention_threads): `drop` is this call's alone
+      drop.resize(rows * S);
+      for (auto& x : drop) x = pb.generator->bernoulli(pb.dropout_p) ? 1 : 0;
     }
+    attend_query_tile(pb, b, i0, rows, scores[worker], drop);
   });
 }
 

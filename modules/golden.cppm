@@ -15,6 +15,7 @@ export module mha:golden;
 import :error;
 import :masks;
 import :in_projection;
+import :options;
 import :multihead_attention;
 import :npy;
 

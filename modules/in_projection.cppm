@@ -19,7 +19,7 @@ module;
 export module mha:in_projection;
 
 import :error;
-import :detail;
+import :linear;
 
 export namespace mha {
 

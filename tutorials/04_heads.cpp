@@ -50,7 +50,7 @@ int run(const std::string& case_name, std::size_t H) {
     fmt::print("This tutorial takes batched cases without add_bias_kv / add_zero_attn.\n");
     return 2;
   }
-  auto module = mha::make_module(c);
+  auto module = tutorial::reference_module(c);
   const std::size_t E = module.embed_dim(), D = E / H;
   if (E % H != 0) return fmt::print("--heads {} does not divide E = {}\n", H, E), 2;
   fmt::print("E = {}, H = {} heads, D = E / H = {}{}\n", E, H, D, H == module.num_heads() ? "" : " (not the case's H)");
@@ -83,16 +83,10 @@ int run(const std::string& case_name, std::size_t H) {
   tutorial::values("scores[0]", xt::view(scores, 0), 4, 8);
 
   tutorial::step(4, "add the mask: attn_mask + key_padding_mask, bool True -> -inf");
-  std::optional<xt::xtensor<T, 3>> attn_mask;
-  if (c.forward.attn_mask) {
-    xt::xarray<T> m = mha::canonical_mask(*c.forward.attn_mask);                   // (L, S) or (N*H, L, S)
-    if (m.dimension() == 2) m = xt::view(m, xt::newaxis(), xt::all(), xt::all());  // (1, L, S)
-    attn_mask = m;
-  }
-  std::optional<xt::xtensor<T, 2>> padding;
-  if (c.forward.key_padding_mask)
-    padding = xt::xtensor<T, 2>(mha::canonical_mask(*c.forward.key_padding_mask));  // (N, S)
-  const auto mask = mha::merge_masks(attn_mask, padding, H, L);                     // (1 or N*H, L, S)
+  // Step 2 of forward() (mha::prepare_masks), then the merge of step 7.
+  const auto masks = mha::prepare_masks(c.forward.attn_mask, c.forward.key_padding_mask, c.forward.is_causal,
+                                        c.forward.need_weights, /*batched=*/true, L, N, S, H);
+  const auto mask = mha::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or N*H, L, S)
   if (mask) {
     tutorial::values("mask[0]", xt::view(*mask, 0), 4, 8);
     for (std::size_t b = 0; b < N * H; ++b) xt::view(scores, b) += xt::view(*mask, mask->shape(0) == 1 ? 0 : b);

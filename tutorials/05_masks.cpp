@@ -33,7 +33,7 @@ const xt::xarray<bool>& bool_mask_of(const std::optional<mha::Mask<float>>& mask
 
 // Runs the case and checks both outputs against PyTorch's.
 mha::Output<float> run_and_check(tutorial::Verdict& verdict, const mha::Case<float>& c) {
-  auto module = mha::make_module(c);
+  auto module = tutorial::reference_module(c);
   auto out = mha::run_forward(module, c);
   verdict.matches("attn_output vs PyTorch's", out.attn_output, c.expected.at("attn_output"));
   verdict.matches("attn_output_weights vs PyTorch's", tutorial::weights(out), c.expected.at("attn_output_weights"));
@@ -71,7 +71,7 @@ int main(int argc, char** argv) try {
   const xt::xarray<float> float_mask = mha::canonical_mask<float>(bool_mask);  // (L, S)
   tutorial::values("the same mask as float", float_mask, 5, 8);
   c.forward.attn_mask = float_mask;
-  auto module = mha::make_module(c);
+  auto module = tutorial::reference_module(c);
   verdict.matches("float mask: attn_output vs PyTorch's", mha::run_forward(module, c).attn_output,
                   c.expected.at("attn_output"));
   c.forward.attn_mask = xt::xarray<bool>(!bool_mask);  // True = attend, as SDPA and ONNX mean it

@@ -46,7 +46,7 @@ int main(int argc, char** argv) try {
   tutorial::step(1, "a module with kdim and vdim different from E");
   const auto c = tutorial::load<float>(case_name);
   tutorial::Verdict verdict(c);
-  auto module = mha::make_module(c);
+  auto module = tutorial::reference_module(c);
   fmt::print("  E = {}, kdim = {}, vdim = {}: packed = {}\n", module.embed_dim(), module.kdim(), module.vdim(),
              module.packed());
   tutorial::shape("query (L, N, E)", c.query);
@@ -78,7 +78,7 @@ int main(int argc, char** argv) try {
 
   tutorial::step(4, "a packed module, made separate and packed again");
   const auto p = tutorial::load<float>("cross_seqfirst_f32");
-  auto packed = mha::make_module(p);
+  auto packed = tutorial::reference_module(p);
   auto separate = packed.to_separate();
   fmt::print("  packed state_dict:\n");
   print_parameters(packed);

@@ -106,7 +106,7 @@ int main(int argc, char** argv) try {
   if (o.add_bias_kv || o.add_zero_attn || c.query.dimension() != 3 || !c.info.need_weights)
     return fmt::print("This tutorial takes batched cases with need_weights, no add_bias_kv / add_zero_attn.\n"), 2;
   tutorial::Verdict verdict(c);
-  auto module = mha::make_module(c);
+  auto module = tutorial::reference_module(c);
 
   tutorial::step(1, "the weights per head: average_attn_weights=False");
   c.forward.average_attn_weights = false;
@@ -119,16 +119,11 @@ int main(int argc, char** argv) try {
   if (n >= per_head.shape(0)) return fmt::print("--batch {}: the case has N = {}\n", n, per_head.shape(0)), 2;
 
   tutorial::step(2, "which cells are masked: attn_mask + key_padding_mask (tutorial 05)");
-  std::optional<xt::xtensor<double, 3>> attn_mask;
-  if (c.forward.attn_mask) {
-    xt::xarray<double> m = mha::canonical_mask(*c.forward.attn_mask);              // (L, S) or (N*H, L, S)
-    if (m.dimension() == 2) m = xt::view(m, xt::newaxis(), xt::all(), xt::all());  // (1, L, S)
-    attn_mask = m;
-  }
-  std::optional<xt::xtensor<double, 2>> padding;
-  if (c.forward.key_padding_mask) padding = xt::xtensor<double, 2>(mha::canonical_mask(*c.forward.key_padding_mask));
-  const auto mask = mha::merge_masks(attn_mask, padding, H, L);  // (1 or N*H, L, S)
-  auto masked = [&](std::size_t h) {                             // (L, S): true where head h of batch n may not look
+  // Step 2 of forward() (mha::prepare_masks), then the merge of step 7.
+  const auto masks = mha::prepare_masks(c.forward.attn_mask, c.forward.key_padding_mask, c.forward.is_causal,
+                                        c.forward.need_weights, /*batched=*/true, L, per_head.shape(0), S, H);
+  const auto mask = mha::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or N*H, L, S)
+  auto masked = [&](std::size_t h) {  // (L, S): true where head h of batch n may not look
     if (!mask) return xt::xarray<bool>(xt::zeros<bool>({L, S}));
     return xt::xarray<bool>(xt::isinf(xt::view(*mask, mask->shape(0) == 1 ? 0 : n * H + h)));
   };
@@ -139,7 +134,13 @@ int main(int argc, char** argv) try {
     for (std::size_t j = 0; j < S; ++j) row += masked_all(i, j) ? " x" : " .";
     fmt::print("    query {}{}\n", i, row);
   }
-  fmt::print("  x = -inf in every head: attn_mask, plus key_padding_mask of batch entry {}\n", n);
+  const bool attn = c.forward.attn_mask.has_value(), padding = c.forward.key_padding_mask.has_value();
+  fmt::print("  x = -inf in every head: {}{}\n",
+             attn && padding ? "attn_mask, plus key_padding_mask"
+             : attn          ? "attn_mask"
+             : padding       ? "key_padding_mask"
+                             : "(no mask in this case)",
+             padding ? fmt::format(" of batch entry {}", n) : "");
   tutorial::values(fmt::format("mean map, batch {}", n), xt::view(mean, n), L, S);
 
   tutorial::step(3, "one PNG per head, and the mean");

@@ -72,7 +72,7 @@ void check_case(tutorial::Verdict& verdict, const std::string& name) {
   auto c = tutorial::load<float>(name);
   verdict.tolerance(c);
   c.forward.need_weights = false;  // attn_output does not depend on it; the path needs it off
-  auto module = mha::make_module(c);
+  auto module = tutorial::reference_module(c);
   module.set_attention_path(mha::AttentionPath::memory_efficient);
   const auto out = mha::run_forward(module, c);
   tutorial::shape("attn_output (memory_efficient)", out.attn_output);

@@ -85,6 +85,7 @@ int main(int argc, char** argv) try {
 
   tutorial::step(4, "build the module and run it on src");
   auto mha_layer = mha::load_attention_layer(dict, prefix, H);  // strict load_state_dict, eval mode
+  mha_layer.set_attention_path(mha::AttentionPath::reference);  // the readable forward, as every tutorial
   const auto src = mha::load_npy<float>(dir / "src.npy");       // (L, N, E)
   const auto expected = mha::load_npy<float>(dir / "layers.0.self_attn.attn_output.npy");
   const auto out = mha_layer.forward(src, src, src, {.need_weights = false});

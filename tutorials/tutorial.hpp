@@ -85,6 +85,16 @@ mha::Case<T> load(std::string_view name) {
   return mha::load_case<T>(info);
 }
 
+// The case's module on the reference path, the one that reads like PyTorch's source: step
+// into its forward() to follow multi_head_attention_forward step by step. (A module's
+// default path is `automatic`, the fast engine; every path gives the same numbers.)
+template <class T>
+mha::MultiheadAttention<T> reference_module(const mha::Case<T>& c) {
+  auto module = mha::make_module(c);
+  module.set_attention_path(mha::AttentionPath::reference);
+  return module;
+}
+
 // A parameter of the case by its state_dict name, or an mha::Error that says why not.
 template <class T>
 const xt::xarray<T>& parameter(const mha::Case<T>& c, const std::string& name) {
