@@ -1,0 +1,161 @@
+#!/usr/bin/python3
+"""Companion to docs/versions.md: what PyTorch 1.13.1, the goldens' version, does.
+
+Checks, in the installed torch (Debian's python3-torch 1.13.1), the facts that
+docs/versions.md states about it:
+
+1. the API: no is_causal argument, no F._canonical_mask, no public
+   F.scaled_dot_product_attention;
+2. the source lines of F.multi_head_attention_forward: the scaling, the average over
+   heads, the merge of the two masks;
+3. need_weights=False computes the same softmax and returns None for the weights;
+4. the fused fast path, torch._native_multi_head_attention: which calls take it (a spy
+   counts its calls), and that it computes what the slow path computes;
+5. two things only 1.13.1 does with float key_padding_masks.
+
+Run: /usr/bin/python3 docs/companion/versions.py
+"""
+
+import inspect
+import math
+import warnings
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from common import check, close, done, title
+
+title("versions: what 1.13.1 does")
+print("-- 1) the API --")
+check("torch.__version__ is 1.13 (Debian's 1.13.1 reports 1.13.0a0)", torch.__version__.startswith("1.13"))
+check("nn.MultiheadAttention.forward has no is_causal argument",
+      "is_causal" not in inspect.signature(torch.nn.MultiheadAttention.forward).parameters)
+check("F.multi_head_attention_forward has no is_causal argument",
+      "is_causal" not in inspect.signature(F.multi_head_attention_forward).parameters)
+check("there is no F._canonical_mask", not hasattr(F, "_canonical_mask"))
+check("there is no public F.scaled_dot_product_attention", not hasattr(F, "scaled_dot_product_attention"))
+
+print("-- 2) lines of F.multi_head_attention_forward --")
+source = inspect.getsource(F.multi_head_attention_forward)
+for line in ("B, Nt, E = q.shape",
+             "q_scaled = q / math.sqrt(E)",
+             "attn_output_weights = torch.baddbmm(attn_mask, q_scaled, k.transpose(-2, -1))",
+             "attn_output_weights = attn_output_weights.sum(dim=1) / num_heads",
+             "attn_mask = attn_mask.logical_or(key_padding_mask)",
+             'attn_mask = attn_mask.masked_fill(key_padding_mask, float("-inf"))',
+             'new_attn_mask.masked_fill_(attn_mask, float("-inf"))'):
+    check(f"has: {line}", line in source)
+check("has no SDPA branch: no scaled_dot_product_attention call", "scaled_dot_product_attention" not in source)
+
+# q / sqrt(D) and q * sqrt(1/D) (2.x) are the same math; in float32 they can differ in the last bit.
+q = torch.from_numpy(np.random.default_rng(3).standard_normal(100000).astype(np.float32))
+for D in (4, 6):
+    a, b = q / math.sqrt(D), q * math.sqrt(1.0 / float(D))  # 1.13.1's line, and 2.x's
+    ulp = (a - b).abs().max() / torch.finfo(torch.float32).eps / a.abs().max()
+    print(f"  D = {D}: q / sqrt(D) and q * sqrt(1/D) differ in {int((a != b).sum())} of {q.numel()} values")
+    check(f"D = {D}: by at most one unit in the last place", bool(ulp <= 1))
+
+E, H, L, N = 8, 2, 5, 3
+torch.manual_seed(0)
+x = torch.randn(N, L, E)
+
+
+print("-- 3) need_weights=False: the same softmax, weights dropped --")
+m = torch.nn.MultiheadAttention(E, H).eval()
+xs = x.transpose(0, 1)  # (L, N, E): sequence first
+softmax, calls = F.softmax, []
+F.softmax = lambda *a, **k: calls.append(1) or softmax(*a, **k)
+try:
+    out_w, w = m(xs, xs, xs)
+    out_nw, nw = m(xs, xs, xs, need_weights=False)
+finally:
+    F.softmax = softmax
+check("one softmax call with need_weights=True, one with False", len(calls) == 2)
+check("need_weights=False returns None, and the same output bit for bit", nw is None and torch.equal(out_w, out_nw))
+
+print("-- 4) the fast path: torch._native_multi_head_attention --")
+native, fast_calls = torch._native_multi_head_attention, []
+
+
+def spy(*args, **kwargs):
+    fast_calls.append(1)
+    return native(*args, **kwargs)
+
+
+def takes_fast_path(module_kwargs=None, call=None, no_grad=True, training=False, inputs=None):
+    """Does this forward call torch._native_multi_head_attention?"""
+    torch.manual_seed(0)
+    options = dict(embed_dim=E, num_heads=H, batch_first=True)
+    options.update(module_kwargs or {})
+    module = torch.nn.MultiheadAttention(**options)
+    module.train(training)
+    q = k = v = x
+    if inputs == "cross":
+        k = v = x.clone()
+    if inputs == "unbatched":
+        q = k = v = x[0]
+    before = len(fast_calls)
+    with torch.set_grad_enabled(not no_grad):
+        module(q, k, v, **(call or {}))
+    return len(fast_calls) > before
+
+
+torch._native_multi_head_attention = spy
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = [
+            ("eval, no_grad, batch_first self-attention, H even", {}, True),
+            ("  ... with need_weights=True (returns the weights)", dict(call=dict(need_weights=True)), True),
+            ("  ... with a bool key_padding_mask", dict(call=dict(key_padding_mask=torch.zeros(N, L, dtype=torch.bool))), True),
+            ("  ... with grad enabled, parameters requiring grad", dict(no_grad=False), False),
+            ("  ... in training mode", dict(training=True), False),
+            ("  ... with batch_first=False", dict(module_kwargs=dict(batch_first=False)), False),
+            ("  ... with an attn_mask", dict(call=dict(attn_mask=torch.zeros(L, L, dtype=torch.bool))), False),
+            ("  ... with key and value another tensor than query", dict(inputs="cross"), False),
+            ("  ... with unbatched (L, E) input", dict(inputs="unbatched"), False),
+            ("  ... with num_heads odd (H = 1)", dict(module_kwargs=dict(num_heads=1)), False),
+            ("  ... with dropout=0.1, even in eval mode", dict(module_kwargs=dict(dropout=0.1)), False),
+            ("  ... with add_bias_kv", dict(module_kwargs=dict(add_bias_kv=True)), False),
+            ("  ... with add_zero_attn", dict(module_kwargs=dict(add_zero_attn=True)), False),
+        ]
+        for label, kwargs, fast in cases:
+            check(f"{label}: {'fast' if fast else 'slow'} path", takes_fast_path(**kwargs) == fast)
+
+        print("-- the fast path computes the slow path's numbers --")
+        torch.manual_seed(0)
+        m = torch.nn.MultiheadAttention(E, H, batch_first=True).eval()
+        kpm = torch.zeros(N, L, dtype=torch.bool)
+        kpm[1, 3:] = True
+        before = len(fast_calls)
+        with torch.no_grad():
+            fast_out, fast_w = m(x, x, x, key_padding_mask=kpm)
+        slow_out, slow_w = m(x, x, x, key_padding_mask=kpm)  # grad enabled: slow path
+        check("(the first call took the fast path, the second did not)", len(fast_calls) == before + 1)
+        print(f"  max |fast - slow|: attn_output {float((fast_out - slow_out).abs().max()):.1e}, "
+              f"weights {float((fast_w - slow_w).abs().max()):.1e}")
+        check("attn_output within float32's rtol 1.3e-6, atol 1e-5", close(fast_out, slow_out, 1.3e-6, 1e-5))
+        check("attn_output_weights too", close(fast_w, slow_w, 1.3e-6, 1e-5))
+        kpm[2, :] = True  # batch entry 2: every key padded
+        with torch.no_grad():
+            fast_out, _ = m(x, x, x, key_padding_mask=kpm)
+        check("a fully padded batch entry: NaN on the fast path too (1.13.1, CPU)",
+              bool(torch.isnan(fast_out[2]).all()) and bool(torch.isfinite(fast_out[:2]).all()))
+
+        print("-- 5) float key_padding_masks in 1.13.1 --")
+        kpm_float = torch.zeros(N, L)
+        kpm_float[:, 1] = -1.0  # a penalty, not -inf
+        with torch.no_grad():
+            _, w_fast = m(x, x, x, key_padding_mask=kpm_float)
+        _, w_slow = m(x, x, x, key_padding_mask=kpm_float)
+        print(f"  weight on key 1: fast path {float(w_fast[0, 0, 1]):.4f}, slow path {float(w_slow[0, 0, 1]):.4f}")
+        check("fast path: a float key_padding_mask is made bool, so -1.0 masks the key", bool((w_fast[:, :, 1] == 0).all()))
+        check("slow path: it is added to the scores, so the key keeps a weight", bool((w_slow[:, :, 1] > 0).all()))
+        _, w_both = m(x, x, x, key_padding_mask=kpm_float, attn_mask=torch.zeros(L, L))
+        _, w_none = m(x, x, x)
+        check("slow path, float attn_mask with float key_padding_mask: the padding is ignored",
+              close(w_both, w_none, 1e-6, 1e-7) and not close(w_both, w_slow, 1e-6, 1e-7))
+finally:
+    torch._native_multi_head_attention = native
+done()
