@@ -17,14 +17,13 @@
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
 // D = head_dim.
-#include "third_party.hpp"
+#include "support.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <sstream>
 
-import mha;
 
 namespace {
 
@@ -101,9 +100,7 @@ struct Trial {
 };
 
 xt::xarray<T> random_tensor(Draw& draw, const std::vector<std::size_t>& shape) {
-  xt::xarray<T> x = xt::zeros<T>(shape);
-  for (auto& v : x) v = draw.normal();
-  return x;
+  return mha_test::random_tensor<T>(shape, draw);
 }
 
 // (L, N, dim), (N, L, dim) batch_first, or (L, dim) unbatched.
@@ -141,11 +138,8 @@ void mask_last_row(Mask& mask) {
       mask);
 }
 
-Trial make_trial(std::uint64_t seed) {
-  Draw draw(seed);
-  Trial t;
-  t.seed = seed;
-  // 1) the module
+// 1) the module
+void draw_module(Trial& t, Draw& draw) {
   const std::size_t H = draw.size(1, 4), D = draw.size(1, 3), E = H * D;
   t.options.embed_dim = static_cast<std::int64_t>(E);
   t.options.num_heads = static_cast<std::int64_t>(H);
@@ -162,7 +156,11 @@ Trial make_trial(std::uint64_t seed) {
   } else if (draw.chance(0.3)) {
     t.options.kdim = t.options.vdim = t.options.embed_dim;  // given explicitly, still packed
   }
+}
 
+// 2) sizes and 3) inputs
+void draw_inputs(Trial& t, Draw& draw) {
+  const auto E = static_cast<std::size_t>(t.options.embed_dim);
   // 2) sizes: empty sequences, no key at all (S' = S + add_bias_kv + add_zero_attn = 0,
   // where PyTorch returns out_proj.bias), an empty batch and single positions included.
   t.unbatched = draw.chance(0.25);
@@ -180,8 +178,12 @@ Trial make_trial(std::uint64_t seed) {
     t.key = random_tensor(draw, input_shape(t, t.S, kdim));
     t.value = t.inputs == Inputs::cross ? random_tensor(draw, input_shape(t, t.S, vdim)) : t.key;
   }
+}
 
-  // 4) masks, with dropout in training too: a fully masked row is NaN, and dropout keeps a
+// 4) masks
+void draw_masks(Trial& t, Draw& draw) {
+  const auto H = static_cast<std::size_t>(t.options.num_heads);
+  // with dropout in training too: a fully masked row is NaN, and dropout keeps a
   // dropped NaN NaN (it multiplies by 0, as PyTorch's does) in every path.
   const bool masks = true;
   t.key_padding_mask = masks ? static_cast<int>(draw.size(0, 2)) : 0;
@@ -210,7 +212,15 @@ Trial make_trial(std::uint64_t seed) {
   }
   t.forward.need_weights = draw.chance(0.6);
   t.forward.average_attn_weights = draw.chance(0.5);
+}
 
+Trial make_trial(std::uint64_t seed) {
+  Draw draw(seed);
+  Trial t;
+  t.seed = seed;
+  draw_module(t, draw);
+  draw_inputs(t, draw);
+  draw_masks(t, draw);
   // 5) parameters: every one random, biases included (PyTorch starts them at zero)
   const mha::MultiheadAttention<T> shapes(t.options);
   for (const auto& [name, p] : shapes.state_dict()) {

@@ -1,21 +1,93 @@
-// Every golden case PyTorch generated, through every variant this library has.
+// :reference_forward and every other path, against the golden cases PyTorch generated.
 //
-// A case with in_proj_weight runs packed and, after splitting, separate; a case with
-// q/k/v_proj_weight runs separate. Each expected tensor (attn_output,
-// attn_output_weights, and PyTorch's internal q, k, v) must match within the case's
-// tolerance; each rejection case must be rejected with mha::Error.
+// Each case is checked here once, through every attention path (reference, fast,
+// memory_efficient, automatic) and every variant: a case with in_proj_weight runs packed
+// and, after splitting, separate; a case with q/k/v_proj_weight runs separate.
+// attn_output and attn_output_weights must match within the case's tolerance (PyTorch's
+// own q, k, v are checked in in_projection_test); each rejection case must be rejected
+// with mha::Error on every path. mha-golden checks the same cases from the command line.
 #include "support.hpp"
 
 #include <cstdlib>
 #include <string>
 
-TEST_CASE("every golden case passes in every variant", "[golden]") {
+namespace {
+
+using mha::AttentionPath;
+using mha_test::require_close;
+
+const std::vector<std::pair<std::string, AttentionPath>> all_paths = {
+    {"reference", AttentionPath::reference},
+    {"fast", AttentionPath::fast},
+    {"memory_efficient", AttentionPath::memory_efficient},
+    {"automatic", AttentionPath::automatic}};
+
+// One numeric golden case through one path, every variant.
+template <class T>
+void check_golden(const mha::CaseInfo& info, const std::string& path_name, AttentionPath path) {
+  auto c = mha::load_case<T>(info);
+  for (auto& [variant, module] : mha::variants(c)) {
+    const std::string what = fmt::format("{} ({}, {})", info.name, variant, path_name);
+    module.set_attention_path(path);
+    auto run = c;
+    if (path == AttentionPath::memory_efficient && info.need_weights) {
+      // This path never forms the weights: it refuses need_weights=true, naming it ...
+      try {
+        mha::run_forward(module, run);
+        FAIL(what << ": need_weights=true was accepted");
+      } catch (const mha::Error& e) {
+        REQUIRE(std::string(e.what()).starts_with("need_weights:"));
+      }
+      // ... and gives PyTorch's attn_output without them (the is_causal hint off, so that
+      // the case's own attn_mask is the one applied).
+      run.forward.need_weights = false;
+      run.forward.is_causal = false;
+    }
+    const auto out = mha::run_forward(module, run);
+    require_close<T>(what + " attn_output", out.attn_output, c.expected.at("attn_output"), info.rtol, info.atol);
+    if (run.forward.need_weights) {
+      require_close<T>(what + " attn_output_weights", mha_test::weights(out), c.expected.at("attn_output_weights"),
+                       info.rtol, info.atol);
+    } else {
+      REQUIRE_FALSE(out.attn_output_weights.has_value());
+    }
+  }
+}
+
+// A rejection case: every path rejects it with mha::Error.
+template <class T>
+void check_rejected(const mha::CaseInfo& info, AttentionPath path) {
+  bool rejected = false;
+  try {
+    const auto c = mha::load_case<T>(info);
+    for (auto& [variant, module] : mha::variants(c)) {
+      module.set_attention_path(path);
+      mha::run_forward(module, c);
+    }
+  } catch (const mha::Error&) {
+    rejected = true;
+  }
+  REQUIRE(rejected);
+}
+
+}  // namespace
+
+TEST_CASE("every golden case matches PyTorch through every attention path and both variants", "[golden]") {
   const auto cases = mha_test::all_cases();
-  REQUIRE(cases.size() >= 30);
+  REQUIRE(cases.size() >= 80);
   for (const auto& dir : cases) {
-    const auto result = mha::check_case(dir);
-    INFO(result.line);
-    CHECK(result.passed);
+    const auto info = mha::read_case_info(dir);
+    for (const auto& [path_name, path] : all_paths) {
+      INFO(info.name << " through " << path_name);
+      if (info.expect_error) {
+        if (info.dtype == "float64") check_rejected<double>(info, path);
+        else check_rejected<float>(info, path);
+      } else if (info.dtype == "float64") {
+        check_golden<double>(info, path_name, path);
+      } else {
+        check_golden<float>(info, path_name, path);
+      }
+    }
   }
 }
 

@@ -1,4 +1,4 @@
-// The module's own behaviour beyond the goldens: initialisation, training mode and
+// :multihead_attention, the module's own behaviour beyond the goldens: training mode and
 // dropout, the is_causal hint, and the shapes forward returns for every layout.
 #include "support.hpp"
 
@@ -23,42 +23,6 @@ xt::xarray<double> random_input(const std::vector<std::size_t>& shape, std::uint
 }
 
 }  // namespace
-
-TEST_CASE("default initialisation follows PyTorch's _reset_parameters", "[module][init]") {
-  auto o = options();
-  o.add_bias_kv = true;
-  const mha::MultiheadAttention<double> m(o, /*seed=*/7);
-  // xavier_uniform over the whole packed (3E, E): fan_in = E, fan_out = 3E, so the bound
-  // is sqrt(6 / (E + 3E)) = sqrt(6 / 256) = 0.153..., not sqrt(6 / 2E) = 0.216...
-  const double xavier_bound = std::sqrt(6.0 / (4.0 * E));
-  const auto w = m.parameter("in_proj_weight");
-  CHECK(xt::amax(xt::abs(w))() <= xavier_bound);
-  CHECK(xt::amax(xt::abs(w))() > 0.99 * xavier_bound);  // 12288 uniform draws reach the edge
-  // out_proj.weight: Linear's kaiming_uniform(a = sqrt(5)), bound 1 / sqrt(E) = 0.125.
-  const auto out = m.parameter("out_proj.weight");
-  CHECK(xt::amax(xt::abs(out))() <= 1.0 / std::sqrt(double(E)));
-  CHECK(xt::amax(xt::abs(out))() > 0.98 / std::sqrt(double(E)));
-  // Biases start at zero.
-  CHECK(xt::all(xt::equal(m.parameter("in_proj_bias"), 0.0)));
-  CHECK(xt::all(xt::equal(m.parameter("out_proj.bias"), 0.0)));
-  // bias_k, bias_v: xavier_normal on (1, 1, E), fan_in = fan_out = E: std = sqrt(1 / E).
-  const auto bk = m.parameter("bias_k");
-  const double std = std::sqrt(xt::mean(bk * bk)());
-  CHECK(std > 0.5 / std::sqrt(double(E)));
-  CHECK(std < 1.5 / std::sqrt(double(E)));
-  // kdim/vdim: each projection gets its own xavier bound, sqrt(6 / (E + kdim)).
-  auto ok = options();
-  ok.kdim = 32;
-  const mha::MultiheadAttention<double> mk(ok, 7);
-  CHECK(xt::amax(xt::abs(mk.parameter("k_proj_weight")))() <= std::sqrt(6.0 / (E + 32)));
-  CHECK(xt::amax(xt::abs(mk.parameter("k_proj_weight")))() > 0.99 * std::sqrt(6.0 / (E + 32)) * 0.98);
-}
-
-TEST_CASE("initialisation is reproducible from its seed", "[module][init]") {
-  const mha::MultiheadAttention<float> a(options(), 1), b(options(), 1), c(options(), 2);
-  CHECK(mha_test::same(a.parameter("in_proj_weight"), b.parameter("in_proj_weight")));
-  CHECK(!mha_test::same(a.parameter("in_proj_weight"), c.parameter("in_proj_weight")));
-}
 
 TEST_CASE("forward returns PyTorch's shapes for every layout", "[module][shapes]") {
   mha::MultiheadAttention<double> seq_first(options());

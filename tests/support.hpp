@@ -1,5 +1,6 @@
-// Shared helpers of the test suite: where the goldens are, and a tensor comparison
-// that names the tensor, the first mismatching index and the max error on failure.
+// Shared helpers of the test suite: where the goldens are, a tensor comparison that names
+// the tensor, the first mismatching index and the max error on failure, random tensors,
+// and a small module's sizes for the tests of bad input.
 #pragma once
 
 #include "third_party.hpp"
@@ -87,5 +88,37 @@ template <class T, class E>
 bool differs(const E& got, const xt::xarray<T>& expected, double rtol, double atol) {
   return !mha::compare<T>(xt::xarray<T>(got), expected, rtol, atol).ok;
 }
+
+// A tensor of standard normal values drawn from `g`, anything with a normal() (mha::Generator).
+template <class T, class G>
+xt::xarray<T> random_tensor(const std::vector<std::size_t>& shape, G& g) {
+  xt::xarray<T> x = xt::zeros<T>(shape);
+  for (auto& v : x) v = static_cast<T>(g.normal());
+  return x;
+}
+
+// A small module and its sizes, for the tests of bad input.
+namespace small {
+
+constexpr std::size_t E = 8, H = 2, L = 3, S = 4, N = 2;
+
+inline mha::Options options() {
+  mha::Options o;
+  o.embed_dim = static_cast<std::int64_t>(E);
+  o.num_heads = static_cast<std::int64_t>(H);
+  return o;
+}
+
+inline xt::xarray<float> zeros(const std::vector<std::size_t>& shape) { return xt::zeros<float>(shape); }
+
+// forward() on inputs of the given shapes must throw mha::Error mentioning `argument`.
+inline void require_rejected(mha::MultiheadAttention<float>& m, const xt::xarray<float>& q, const xt::xarray<float>& k,
+                             const xt::xarray<float>& v, const mha::ForwardOptions<float>& opts,
+                             const std::string& argument, const std::string& detail = "") {
+  CHECK_MHA_ERROR(m.forward(q, k, v, opts),
+                  Catch::Matchers::Contains(argument + ":") && Catch::Matchers::Contains(detail));
+}
+
+}  // namespace small
 
 }  // namespace mha_test

@@ -1,10 +1,10 @@
-// The three attention paths (reference, fast, memory_efficient) against PyTorch's goldens
-// and against each other.
+// :engine and the internal partitions behind it (:fast_attention, :flash_attention,
+// :softmax_kernels, :attention_problem, :linear), held to the reference path.
 //
-// Every golden case runs through every path and both variants (packed, separate) and
-// must match PyTorch within the case's tolerance. On random float64 inputs covering every
-// option, fast and memory_efficient must equal the reference path to rounding, with NaN
-// in exactly the same places.
+// On random float64 inputs covering every option, fast and memory_efficient must equal the
+// reference path to rounding, with NaN in exactly the same places; the engine follows
+// every change of the weights and gives the same results on one thread and two. (Every
+// golden case runs through every path in golden_test; random options in differential_test.)
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 #include "support.hpp"
@@ -20,92 +20,21 @@ const std::vector<std::pair<std::string, AttentionPath>> all_paths = {
     {"memory_efficient", AttentionPath::memory_efficient},
     {"automatic", AttentionPath::automatic}};
 
-// One numeric golden case through one path, every variant.
-template <class T>
-void check_golden(const mha::CaseInfo& info, const std::string& path_name, AttentionPath path) {
-  auto c = mha::load_case<T>(info);
-  for (auto& [variant, module] : mha::variants(c)) {
-    const std::string what = fmt::format("{} ({}, {})", info.name, variant, path_name);
-    module.set_attention_path(path);
-    auto run = c;
-    if (path == AttentionPath::memory_efficient && info.need_weights) {
-      // This path never forms the weights: it refuses need_weights=true, naming it ...
-      try {
-        mha::run_forward(module, run);
-        FAIL(what << ": need_weights=true was accepted");
-      } catch (const mha::Error& e) {
-        REQUIRE(std::string(e.what()).starts_with("need_weights:"));
-      }
-      // ... and gives PyTorch's attn_output without them (the is_causal hint off, so that
-      // the case's own attn_mask is the one applied).
-      run.forward.need_weights = false;
-      run.forward.is_causal = false;
-    }
-    const auto out = mha::run_forward(module, run);
-    require_close<T>(what + " attn_output", out.attn_output, c.expected.at("attn_output"), info.rtol, info.atol);
-    if (run.forward.need_weights) {
-      require_close<T>(what + " attn_output_weights", mha_test::weights(out), c.expected.at("attn_output_weights"),
-                       info.rtol, info.atol);
-    } else {
-      REQUIRE_FALSE(out.attn_output_weights.has_value());
-    }
-  }
-}
-
-// A rejection case: every path rejects it with mha::Error.
-template <class T>
-void check_rejected(const mha::CaseInfo& info, AttentionPath path) {
-  bool rejected = false;
-  try {
-    const auto c = mha::load_case<T>(info);
-    for (auto& [variant, module] : mha::variants(c)) {
-      module.set_attention_path(path);
-      mha::run_forward(module, c);
-    }
-  } catch (const mha::Error&) {
-    rejected = true;
-  }
-  REQUIRE(rejected);
-}
-
-TEST_CASE("every golden case matches PyTorch through every attention path and both variants") {
-  const auto cases = mha_test::all_cases();
-  REQUIRE(cases.size() >= 80);
-  for (const auto& dir : cases) {
-    const auto info = mha::read_case_info(dir);
-    for (const auto& [path_name, path] : all_paths) {
-      INFO(info.name << " through " << path_name);
-      if (info.expect_error) {
-        if (info.dtype == "float64") check_rejected<double>(info, path);
-        else check_rejected<float>(info, path);
-      } else if (info.dtype == "float64") {
-        check_golden<double>(info, path_name, path);
-      } else {
-        check_golden<float>(info, path_name, path);
-      }
-    }
-  }
-}
-
 // ---- random float64 inputs: the fast paths equal the reference ------------------------
 
 // Reference and candidate differ only in the order of floating-point sums (BLAS blocks,
 // tiles, the online rescaling); in float64 that moves the last few bits, far below 1e-9.
 constexpr double path_rtol = 1e-9, path_atol = 1e-12;
 
-using Engine = std::mt19937_64;
+using Engine = mha::Generator;
 
 xt::xarray<double> random_tensor(const std::vector<std::size_t>& shape, Engine& g) {
-  std::normal_distribution<double> normal;
-  xt::xarray<double> x(shape);
-  for (auto& v : x) v = normal(g);
-  return x;
+  return mha_test::random_tensor<double>(shape, g);
 }
 
 xt::xarray<bool> random_bool_mask(const std::vector<std::size_t>& shape, double p, Engine& g) {
-  std::bernoulli_distribution bernoulli(p);
   xt::xarray<bool> m(shape);
-  for (auto&& v : m) v = bernoulli(g);
+  for (auto&& v : m) v = g.bernoulli(p);
   return m;
 }
 
@@ -131,26 +60,28 @@ mha::Output<double> run_path(const mha::MultiheadAttention<double>& module, Atte
   return m.forward(query, key, value, opts);
 }
 
-void check_random_case(const RandomCase& rc) {
-  Engine g(1234);
-  const auto E = static_cast<std::size_t>(rc.options.embed_dim), H = static_cast<std::size_t>(rc.options.num_heads);
-  const std::size_t Ek = static_cast<std::size_t>(rc.options.kdim.value_or(rc.options.embed_dim));
-  const std::size_t Ev = static_cast<std::size_t>(rc.options.vdim.value_or(rc.options.embed_dim));
-  const bool batched = rc.N > 0;
-  const std::size_t N = batched ? rc.N : 1;
+// The case's query, key and value: (L, N, E), (N, L, E) batch_first, or (L, E) unbatched.
+struct Inputs {
+  xt::xarray<double> query, key, value;
+};
+Inputs random_inputs(const RandomCase& rc, Engine& g) {
+  const mha::Options& o = rc.options;
+  const auto E = static_cast<std::size_t>(o.embed_dim);
+  const auto Ek = static_cast<std::size_t>(o.kdim.value_or(o.embed_dim));
+  const auto Ev = static_cast<std::size_t>(o.vdim.value_or(o.embed_dim));
   auto shape = [&](std::size_t len, std::size_t width) {
-    if (!batched) return std::vector<std::size_t>{len, width};
-    return rc.options.batch_first ? std::vector<std::size_t>{N, len, width} : std::vector<std::size_t>{len, N, width};
+    if (rc.N == 0) return std::vector<std::size_t>{len, width};
+    return o.batch_first ? std::vector<std::size_t>{rc.N, len, width} : std::vector<std::size_t>{len, rc.N, width};
   };
-  const auto query = random_tensor(shape(rc.L, E), g);
-  const auto key = random_tensor(shape(rc.S, Ek), g);
-  const auto value = random_tensor(shape(rc.S, Ev), g);
+  return {random_tensor(shape(rc.L, E), g), random_tensor(shape(rc.S, Ek), g), random_tensor(shape(rc.S, Ev), g)};
+}
 
+// The case's forward options with its masks: attn_mask of the kind named, key_padding_mask.
+mha::ForwardOptions<double> random_forward_options(const RandomCase& rc, Engine& g) {
   mha::ForwardOptions<double> opts;
-  opts.need_weights = rc.need_weights;
-  opts.average_attn_weights = rc.average;
-  opts.is_causal = rc.is_causal;
-  const std::size_t B = batched ? N * H : H;
+  opts.need_weights = rc.need_weights, opts.average_attn_weights = rc.average, opts.is_causal = rc.is_causal;
+  const bool batched = rc.N > 0;
+  const std::size_t N = batched ? rc.N : 1, B = N * static_cast<std::size_t>(rc.options.num_heads);
   if (rc.attn_mask == "bool2d" || rc.attn_mask == "bool3d") {
     auto m =
         rc.attn_mask == "bool2d" ? random_bool_mask({rc.L, rc.S}, 0.3, g) : random_bool_mask({B, rc.L, rc.S}, 0.3, g);
@@ -168,7 +99,13 @@ void check_random_case(const RandomCase& rc) {
     if (rc.fully_masked_row && batched && N > 1) xt::view(m, 0, xt::all()) = true;  // batch entry 0: all padding
     opts.key_padding_mask = mha::Mask<double>(m);
   }
+  return opts;
+}
 
+void check_random_case(const RandomCase& rc) {
+  Engine g(1234);
+  const auto [query, key, value] = random_inputs(rc, g);
+  const auto opts = random_forward_options(rc, g);
   mha::MultiheadAttention<double> module(rc.options, 7);
   module.train(rc.training);
   const auto expected = run_path(module, AttentionPath::reference, rc, query, key, value, opts);
@@ -217,8 +154,8 @@ RandomCase random_case(std::string name, mha::Options o, std::size_t L, std::siz
 // and for its threads; small enough for the loop nests of the reference.
 constexpr std::size_t L_big = 200, S_big = 300;
 
-TEST_CASE("fast and memory_efficient equal the reference path on random float64 inputs") {
-  mha::set_num_threads(2);
+// Cases of inputs and masks: self, key is value and cross attention, every mask kind.
+std::vector<RandomCase> cases_of_inputs_and_masks() {
   std::vector<RandomCase> cases;
   {
     auto c = random_case("self-attention, packed, no masks", options(16, 4), 9, 9, 2);
@@ -241,6 +178,12 @@ TEST_CASE("fast and memory_efficient equal the reference path on random float64 
     c.key_is_value = true, c.attn_mask = "bool2d", c.key_padding_mask = true, c.fully_masked_row = true;
     cases.push_back(c);
   }
+  return cases;
+}
+
+// Cases of the extra keys: bias_k/bias_v and add_zero_attn, rescuing fully masked rows.
+std::vector<RandomCase> cases_of_extra_keys() {
+  std::vector<RandomCase> cases;
   {
     auto o = options(12, 3);
     o.add_bias_kv = true, o.add_zero_attn = true;
@@ -262,6 +205,12 @@ TEST_CASE("fast and memory_efficient equal the reference path on random float64 
     c.attn_mask = "bool2d", c.fully_masked_row = true;
     cases.push_back(c);
   }
+  return cases;
+}
+
+// Cases of layouts: kdim/vdim, batch_first, separate projections, unbatched.
+std::vector<RandomCase> cases_of_layouts() {
+  std::vector<RandomCase> cases;
   {
     auto o = options(16, 4);
     o.kdim = 5, o.vdim = 7, o.batch_first = true;
@@ -290,6 +239,12 @@ TEST_CASE("fast and memory_efficient equal the reference path on random float64 
     c.attn_mask = "bool3d", c.key_padding_mask = true, c.average = false;
     cases.push_back(c);
   }
+  return cases;
+}
+
+// Cases of training and threads: dropout, the is_causal hint, projections split over threads.
+std::vector<RandomCase> cases_of_training_and_threads() {
+  std::vector<RandomCase> cases;
   {
     auto o = options(16, 4);
     o.dropout = 0.3;
@@ -323,6 +278,14 @@ TEST_CASE("fast and memory_efficient equal the reference path on random float64 
     c.attn_mask = "float2d";
     cases.push_back(c);
   }
+  return cases;
+}
+
+TEST_CASE("fast and memory_efficient equal the reference path on random float64 inputs") {
+  mha::set_num_threads(2);
+  auto cases = cases_of_inputs_and_masks();
+  for (auto more : {cases_of_extra_keys(), cases_of_layouts(), cases_of_training_and_threads()})
+    for (auto& c : more) cases.push_back(std::move(c));
   for (const auto& c : cases) {
     SECTION(c.name) { check_random_case(c); }
   }
@@ -402,16 +365,6 @@ TEST_CASE("set_num_threads rejects fewer than one thread, naming the argument") 
   const int before = mha::num_threads();
   REQUIRE_THROWS_WITH(mha::set_num_threads(0), Catch::StartsWith("num_threads: expected at least 1 thread, got 0"));
   REQUIRE(mha::num_threads() == before);
-}
-
-TEST_CASE("automatic picks fast with weights, memory_efficient for large scores without") {
-  mha::MultiheadAttention<float> m(options(8, 2));
-  REQUIRE(m.attention_path() == AttentionPath::automatic);
-  REQUIRE(m.resolved_attention_path(/*need_weights=*/true, 8192, 8192) == AttentionPath::fast);
-  REQUIRE(m.resolved_attention_path(/*need_weights=*/false, 8192, 8192) == AttentionPath::memory_efficient);
-  REQUIRE(m.resolved_attention_path(/*need_weights=*/false, 128, 128) == AttentionPath::fast);
-  m.set_attention_path(AttentionPath::memory_efficient);
-  REQUIRE_THROWS_WITH(m.resolved_attention_path(/*need_weights=*/true, 4, 4), Catch::StartsWith("need_weights:"));
 }
 
 }  // namespace

@@ -1,0 +1,15 @@
+// :error — mha::Error and check(): the argument's name first, then what was expected and got.
+#include "support.hpp"
+
+TEST_CASE("check throws mha::Error as '<argument>: <message>' and only when the condition fails", "[error]") {
+  CHECK_NOTHROW(mha::check(true, "x", "never formatted {}", 1));
+  CHECK_THROWS_AS(mha::check(false, "x", "bad"), mha::Error);
+  CHECK_THROWS_WITH(mha::check(false, "num_heads", "expected {}, got {}", 2, 3), "num_heads: expected 2, got 3");
+  CHECK_THROWS_AS(mha::check(false, "x", "bad"), std::invalid_argument);  // catchable as the standard type
+}
+
+TEST_CASE("shape_string writes shapes as PyTorch prints them", "[error]") {
+  CHECK(mha::shape_string({2, 3, 4}) == "(2, 3, 4)");
+  CHECK(mha::shape_string({5}) == "(5,)");
+  CHECK(mha::shape_string(std::vector<std::size_t>{}) == "()");
+}

@@ -1,0 +1,82 @@
+// :golden — the golden-case harness: case.json read strictly, a malformed case a FAIL.
+#include "support.hpp"
+
+#include <fstream>
+#include <iterator>
+
+using Catch::Matchers::Contains;
+
+namespace {
+
+// The case.json of a real golden case, with one field replaced by `json_value` (text).
+std::string case_json_with(const std::string& field, const std::string& json_value) {
+  std::ifstream in(mha_test::golden_cases() / "self_seqfirst_f32" / "case.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  const auto dot = field.find('.');
+  const auto value = nlohmann::json::parse(json_value);
+  if (dot == std::string::npos) j[field] = value;
+  else j[field.substr(0, dot)][field.substr(dot + 1)] = value;
+  return j.dump();
+}
+
+}  // namespace
+
+TEST_CASE("a malformed golden case is a FAIL with its reason and never a crash", "[golden][errors]") {
+  const auto dir = std::filesystem::temp_directory_path() / "mha-bad-case";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto check_with_json = [&](const std::string& json) {
+    std::ofstream(dir / "case.json") << json;
+    return mha::check_case(dir);
+  };
+  auto r = check_with_json("{\"format\": 2}");
+  CHECK_FALSE(r.passed);
+  CHECK_THAT(r.line, Contains("FAIL") && Contains("unknown case format version 2"));
+  r = check_with_json("{\"format\": 1, \"dtype\": \"float32\"}");
+  CHECK_FALSE(r.passed);
+  CHECK_THAT(r.line, Contains("no 'module' object"));
+  r = check_with_json("{\"format\": 1, \"dtype\": \"float32\", \"module\": {\"num_heads\": 2}}");
+  CHECK_FALSE(r.passed);
+  CHECK_THAT(r.line, Contains("missing 'module.embed_dim'"));
+  r = check_with_json("{\"format\": 1, \"dtype\": \"int8\"}");
+  CHECK_FALSE(r.passed);
+  CHECK_THAT(r.line, Contains("dtype") && Contains("int8"));
+  r = check_with_json("not json");
+  CHECK_FALSE(r.passed);
+  CHECK_THAT(r.line, Contains("not valid JSON"));
+  // A valid case.json whose tensors are missing.
+  std::ifstream good(mha_test::golden_cases() / "self_seqfirst_f32" / "case.json");
+  r = check_with_json(std::string((std::istreambuf_iterator<char>(good)), std::istreambuf_iterator<char>()));
+  CHECK_FALSE(r.passed);
+  CHECK_THAT(r.line, Contains("cannot open file"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("parse_case_info reads a real case.json unchanged", "[golden][errors]") {
+  const auto info = mha::parse_case_info(case_json_with("description", "\"d\""), "self_seqfirst_f32");
+  CHECK(info.name == "self_seqfirst_f32");
+  CHECK(info.description == "d");
+  CHECK(info.options.embed_dim == 8);
+  CHECK(info.options.num_heads == 2);
+  CHECK(info.query_is_key);
+}
+
+TEST_CASE("parse_case_info rejects fields of the wrong kind with mha::Error", "[golden][errors]") {
+  // Fuzzer findings: an escaping nlohmann type_error, and float-to-integer overflow (UB).
+  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("description", "5"), "c"),
+                  Contains("description") && Contains("expected a string"));
+  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("inputs.query_is_key", "3"), "c"),
+                  Contains("inputs.query_is_key") && Contains("expected true or false"));
+  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("module.embed_dim", "1e300"), "c"),
+                  Contains("module.embed_dim") && Contains("expected an integer"));
+  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("format", "1e20"), "c"),
+                  Contains("format") && Contains("expected an integer"));
+  // Nothing silently changed: 8.5 is not read as 8, 2^64 - 1 not as -1.
+  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("module.embed_dim", "8.5"), "c"),
+                  Contains("module.embed_dim") && Contains("8.5"));
+  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("module.kdim", "18446744073709551615"), "c"),
+                  Contains("module.kdim") && Contains("18446744073709551615"));
+  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("tolerance.rtol", "-1e-5"), "c"),
+                  Contains("tolerance") && Contains("rtol=-1e-05"));
+  CHECK_MHA_ERROR(mha::parse_case_info("{\"format\": 1,", "c"), Contains("not valid JSON"));
+}

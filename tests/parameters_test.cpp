@@ -1,0 +1,90 @@
+// :parameters — the parameters by state_dict name and shape, and PyTorch's initialisation.
+#include "support.hpp"
+
+using Catch::Matchers::Contains;
+using namespace mha_test::small;
+
+TEST_CASE("parameters are checked by name and shape", "[errors][state_dict]") {
+  mha::MultiheadAttention<float> m(options());
+  CHECK_MHA_ERROR(m.set_parameter("in_proj_weight", zeros({3 * E, E + 1})),
+                  Contains("in_proj_weight:") && Contains("expected shape (24, 8), got (24, 9)"));
+  CHECK_MHA_ERROR(m.set_parameter("in_proj_bias", zeros({E})), Contains("in_proj_bias:") && Contains("(24,)"));
+  CHECK_MHA_ERROR(m.set_parameter("q_proj_weight", zeros({E, E})),
+                  Contains("q_proj_weight:") && Contains("no such parameter"));
+  CHECK_MHA_ERROR(m.parameter("bias_k"), Contains("bias_k:"));
+
+  auto dict = m.state_dict();
+  dict.erase("out_proj.bias");
+  CHECK_MHA_ERROR(m.load_state_dict(dict), Contains("state_dict:") && Contains("missing key 'out_proj.bias'"));
+  dict = m.state_dict();
+  dict.emplace("in_proj.weight", zeros({3 * E, E}));
+  CHECK_MHA_ERROR(m.load_state_dict(dict), Contains("state_dict:") && Contains("unexpected key 'in_proj.weight'"));
+
+  // add_bias_kv: bias_k and bias_v are required parameters.
+  auto o = options();
+  o.add_bias_kv = true;
+  mha::MultiheadAttention<float> with_bias_kv(o);
+  dict = m.state_dict();  // from a module without bias_k/bias_v
+  CHECK_MHA_ERROR(with_bias_kv.load_state_dict(dict), Contains("missing key 'bias_k'"));
+  CHECK_MHA_ERROR(with_bias_kv.set_parameter("bias_v", zeros({E})), Contains("bias_v:") && Contains("(1, 1, 8)"));
+}
+
+namespace init {
+
+// A wider module: enough draws for the initialisation bounds to be reached.
+constexpr std::size_t E = 64, H = 4;
+
+mha::Options options() {
+  mha::Options o;
+  o.embed_dim = static_cast<std::int64_t>(E);
+  o.num_heads = static_cast<std::int64_t>(H);
+  return o;
+}
+
+TEST_CASE("default initialisation follows PyTorch's _reset_parameters", "[module][init]") {
+  auto o = options();
+  o.add_bias_kv = true;
+  const mha::MultiheadAttention<double> m(o, /*seed=*/7);
+  // xavier_uniform over the whole packed (3E, E): fan_in = E, fan_out = 3E, so the bound
+  // is sqrt(6 / (E + 3E)) = sqrt(6 / 256) = 0.153..., not sqrt(6 / 2E) = 0.216...
+  const double xavier_bound = std::sqrt(6.0 / (4.0 * E));
+  const auto w = m.parameter("in_proj_weight");
+  CHECK(xt::amax(xt::abs(w))() <= xavier_bound);
+  CHECK(xt::amax(xt::abs(w))() > 0.99 * xavier_bound);  // 12288 uniform draws reach the edge
+  // out_proj.weight: Linear's kaiming_uniform(a = sqrt(5)), bound 1 / sqrt(E) = 0.125.
+  const auto out = m.parameter("out_proj.weight");
+  CHECK(xt::amax(xt::abs(out))() <= 1.0 / std::sqrt(double(E)));
+  CHECK(xt::amax(xt::abs(out))() > 0.98 / std::sqrt(double(E)));
+  // Biases start at zero.
+  CHECK(xt::all(xt::equal(m.parameter("in_proj_bias"), 0.0)));
+  CHECK(xt::all(xt::equal(m.parameter("out_proj.bias"), 0.0)));
+  // bias_k, bias_v: xavier_normal on (1, 1, E), fan_in = fan_out = E: std = sqrt(1 / E).
+  const auto bk = m.parameter("bias_k");
+  const double std = std::sqrt(xt::mean(bk * bk)());
+  CHECK(std > 0.5 / std::sqrt(double(E)));
+  CHECK(std < 1.5 / std::sqrt(double(E)));
+  // kdim/vdim: each projection gets its own xavier bound, sqrt(6 / (E + kdim)).
+  auto ok = options();
+  ok.kdim = 32;
+  const mha::MultiheadAttention<double> mk(ok, 7);
+  CHECK(xt::amax(xt::abs(mk.parameter("k_proj_weight")))() <= std::sqrt(6.0 / (E + 32)));
+  CHECK(xt::amax(xt::abs(mk.parameter("k_proj_weight")))() > 0.99 * std::sqrt(6.0 / (E + 32)) * 0.98);
+}
+
+TEST_CASE("initialisation is reproducible from its seed", "[module][init]") {
+  const mha::MultiheadAttention<float> a(options(), 1), b(options(), 1), c(options(), 2);
+  CHECK(mha_test::same(a.parameter("in_proj_weight"), b.parameter("in_proj_weight")));
+  CHECK(!mha_test::same(a.parameter("in_proj_weight"), c.parameter("in_proj_weight")));
+}
+
+}  // namespace init
+
+TEST_CASE("a change of the weights is a new version, and a copy keeps the version of its equal weights", "[parameters]") {
+  mha::Parameters<float> p(options());
+  const auto first = p.version;
+  const mha::Parameters<float> copy = p;
+  CHECK(copy.version == first);
+  p.set("out_proj.bias", zeros({E}));
+  CHECK(p.version != first);
+  CHECK(p.repacked(/*to_packed=*/false).version != p.version);
+}
