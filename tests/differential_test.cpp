@@ -24,7 +24,6 @@
 #include <cstdlib>
 #include <sstream>
 
-
 namespace {
 
 using T = double;

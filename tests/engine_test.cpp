@@ -14,11 +14,7 @@ namespace {
 using mha::AttentionPath;
 using mha_test::require_close;
 
-const std::vector<std::pair<std::string, AttentionPath>> all_paths = {
-    {"reference", AttentionPath::reference},
-    {"fast", AttentionPath::fast},
-    {"memory_efficient", AttentionPath::memory_efficient},
-    {"automatic", AttentionPath::automatic}};
+using mha_test::all_paths;
 
 // ---- random float64 inputs: the fast paths equal the reference ------------------------
 

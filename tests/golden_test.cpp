@@ -16,11 +16,7 @@ namespace {
 using mha::AttentionPath;
 using mha_test::require_close;
 
-const std::vector<std::pair<std::string, AttentionPath>> all_paths = {
-    {"reference", AttentionPath::reference},
-    {"fast", AttentionPath::fast},
-    {"memory_efficient", AttentionPath::memory_efficient},
-    {"automatic", AttentionPath::automatic}};
+using mha_test::all_paths;
 
 // One numeric golden case through one path, every variant.
 template <class T>

@@ -44,7 +44,7 @@ TEST_CASE("to_seq_first_batched transposes batch_first and caller_layout undoes 
   CHECK(seq(1, 0, 0) == 1.0);
   CHECK(mha_test::same(mha::caller_layout(seq, /*batched=*/true, /*batch_first=*/true), x));
   const auto unbatched = mha::caller_layout(seq, /*batched=*/false, false);  // batch entry 0 only
-  const xt::xtensor<double, 2> expected{{0.0}, {1.0}, {2.0}};  // (L, E): batch entry 0
+  const xt::xtensor<double, 2> expected{{0.0}, {1.0}, {2.0}};                // (L, E): batch entry 0
   CHECK(mha_test::same(unbatched, expected));
 }
 

@@ -79,7 +79,8 @@ TEST_CASE("initialisation is reproducible from its seed", "[module][init]") {
 
 }  // namespace init
 
-TEST_CASE("a change of the weights is a new version, and a copy keeps the version of its equal weights", "[parameters]") {
+TEST_CASE("a change of the weights is a new version, and a copy keeps the version of its equal weights",
+          "[parameters]") {
   mha::Parameters<float> p(options());
   const auto first = p.version;
   const mha::Parameters<float> copy = p;

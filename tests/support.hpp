@@ -89,6 +89,13 @@ bool differs(const E& got, const xt::xarray<T>& expected, double rtol, double at
   return !mha::compare<T>(xt::xarray<T>(got), expected, rtol, atol).ok;
 }
 
+// Every attention path, by name: each must give PyTorch's results.
+inline const std::vector<std::pair<std::string, mha::AttentionPath>> all_paths = {
+    {"reference", mha::AttentionPath::reference},
+    {"fast", mha::AttentionPath::fast},
+    {"memory_efficient", mha::AttentionPath::memory_efficient},
+    {"automatic", mha::AttentionPath::automatic}};
+
 // A tensor of standard normal values drawn from `g`, anything with a normal() (mha::Generator).
 template <class T, class G>
 xt::xarray<T> random_tensor(const std::vector<std::size_t>& shape, G& g) {
