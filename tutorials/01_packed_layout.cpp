@@ -79,6 +79,9 @@ int main(int argc, char** argv) try {
   // PyTorch's _reset_parameters runs xavier_uniform_ on in_proj_weight as ONE matrix:
   // fan_in = E, fan_out = 3E, bound = sqrt(6 / (E + 3E)). The separate variant initialises
   // each (E, E) block on its own: bound = sqrt(6 / (E + E)), sqrt(2) times larger.
+  // PyTorch itself always packs when kdim == vdim == E; separate (E, E) projections at
+  // kdim = E are this library's option (Options::separate_projections), which PyTorch
+  // builds only when kdim or vdim differs from E (tutorial 06).
   constexpr std::size_t Ei = 64;
   const double packed_bound = std::sqrt(6.0 / (Ei + 3 * Ei)), block_bound = std::sqrt(6.0 / (Ei + Ei));
   const mha::MultiheadAttention<double> fresh(mha::Options{.embed_dim = Ei, .num_heads = 1}, /*seed=*/1);
@@ -90,6 +93,9 @@ int main(int argc, char** argv) try {
   fmt::print("         bound over (E, E)   sqrt(6 / 2E) = {:.4f}\n", block_bound);
   fmt::print("  max |in_proj_weight| (packed module)      = {:.4f}\n", packed_max);
   fmt::print("  max |q_proj_weight|  (separate module)    = {:.4f}\n", separate_max);
+  fmt::print(
+      "  (PyTorch packs whenever kdim == vdim == E; the separate module at kdim = E is this\n"
+      "   library's Options::separate_projections, PyTorch's layout when kdim or vdim != E)\n");
   verdict.holds("packed init within sqrt(6 / 4E)", packed_max <= packed_bound);
   verdict.holds("separate init beyond it, within sqrt(6 / 2E)",
                 separate_max > packed_bound && separate_max <= block_bound);

@@ -25,14 +25,21 @@ int run(const std::string& case_name) {
 
   tutorial::step(1, "what F.multi_head_attention_forward returns");
   const auto out = mha::run_forward(module, c);  // (attn_output, attn_output_weights)
-  const auto& weights = tutorial::weights(out);  // (N, L, S)
-  tutorial::shape("[0] attn_output (L, N, E)", out.attn_output);
-  tutorial::shape("[1] attn_output_weights (N, L, S)", weights);
-  const auto w0 = xt::view(weights, 0, xt::all(), xt::all());
-  tutorial::values("[1][0]: batch 0, rows sum to 1", w0, 3);
-  fmt::print("  row sums of [1][0]:");
-  for (std::size_t i = 0; i < w0.shape(0); ++i) fmt::print(" {:.4f}", double(xt::sum(xt::view(w0, i))()));
-  fmt::print("\n  These are softmax probabilities over the keys, after the heads were averaged.\n");
+  const auto& weights = tutorial::weights(out);  // (N, L, S); (N, H, L, S) per head; without N unbatched
+  const bool batched = c.query.dimension() == 3, per_head = !c.forward.average_attn_weights;
+  const std::string layout = std::string(batched ? "N, " : "") + (per_head ? "H, " : "") + "L, S";
+  tutorial::shape("[0] attn_output " + std::string(batched ? "(L, N, E)" : "(L, E)"), out.attn_output);
+  tutorial::shape("[1] attn_output_weights (" + layout + ")", weights);
+  // One (L, S) map: the first batch entry's, and with per-head weights its first head's.
+  xt::xarray<T> map = weights;
+  while (map.dimension() > 2) map = xt::view(map, 0);  // (L, S)
+  const std::string which = std::string(batched ? "batch 0" : "") + (batched && per_head ? ", " : "") +
+                            (per_head ? "head 0" : "") + (batched || per_head ? ": " : "");
+  tutorial::values("[1]: " + which + "rows sum to 1", map, 3);
+  fmt::print("  row sums:");
+  for (std::size_t i = 0; i < map.shape(0); ++i) fmt::print(" {:.4f}", double(xt::sum(xt::view(map, i))()));
+  fmt::print("\n  These are softmax probabilities over the keys, {}.\n",
+             per_head ? "one map per head (average_attn_weights=False)" : "after the heads were averaged");
 
   tutorial::step(2, "the projections it is mistaken for");
   const auto qkv = mha::run_in_projection(module, c);  // q (L, N, E), k (S, N, E), v (S, N, E)

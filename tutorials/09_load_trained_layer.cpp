@@ -36,7 +36,7 @@ int main(int argc, char** argv) try {
   tutorial::title("09", "load a trained layer and split it",
                   "Demonstrates: layers.0.self_attn.* of a saved nn.TransformerEncoder, loaded from\n"
                   "              safetensors and split into W_q, W_k, W_v, gives PyTorch's output.");
-  const std::filesystem::path dir = folder, file = dir / "model.safetensors";
+  const std::filesystem::path dir = tutorial::project_path(folder), file = dir / "model.safetensors";
   std::ifstream json_file(dir / "model.json");
   const auto model = nlohmann::json::parse(json_file);
   const auto H = model.at("nhead").get<std::int64_t>();

@@ -73,10 +73,31 @@ void values(std::string_view label, const E& expression, std::size_t rows = 4, s
   if (R > rows) fmt::print("        ... ({} more {})\n", R - rows, R - rows == 1 ? "row" : "rows");
 }
 
-// The path of a golden case, relative to the project root (tutorials run from there).
-inline std::filesystem::path case_dir(std::string_view name) {
-  return std::filesystem::path("golden") / "cases" / name;
+// The project's root, where golden/ is: $MHA_ROOT when set, else the current folder when
+// it has golden/cases/, else the source folder this tutorial was built from. So a tutorial
+// runs from anywhere, and when its data cannot be found it says where it looked.
+inline std::filesystem::path project_root() {
+  namespace fs = std::filesystem;
+  auto has_cases = [](const fs::path& root) { return fs::is_directory(root / "golden" / "cases"); };
+  if (const char* root = std::getenv("MHA_ROOT")) {
+    mha::check(has_cases(root), "MHA_ROOT", "expected the project's root, with golden/cases/ in it, got '{}'", root);
+    return root;
+  }
+  if (has_cases(fs::current_path())) return fs::current_path();
+  if (has_cases(MHA_SOURCE_DIR)) return MHA_SOURCE_DIR;
+  throw mha::Error(
+      fmt::format("golden/cases: not found in the current folder '{}' nor in '{}' (where this tutorial "
+                  "was built from); run it from the project's root, or set MHA_ROOT to that folder",
+                  fs::current_path().string(), MHA_SOURCE_DIR));
 }
+
+// The path of a file or folder of the project, e.g. "golden/weights/transformer_encoder".
+inline std::filesystem::path project_path(const std::filesystem::path& relative) {
+  return relative.is_absolute() ? relative : project_root() / relative;
+}
+
+// The folder of a golden case.
+inline std::filesystem::path case_dir(std::string_view name) { return project_path("golden") / "cases" / name; }
 
 template <class T>
 mha::Case<T> load(std::string_view name) {
