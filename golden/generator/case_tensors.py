@@ -10,6 +10,41 @@ from .cases import BATCH_FIRST, ENC_DEC, SELF, SEQ_FIRST, UNBATCHED, Case
 from .draws import randn, seed_for, uniform
 
 
+# The worked example's numbers (case worked_example_f64), small integers chosen so that
+# every block of in_proj_weight is different (a wrong split changes every result) and
+# q . k^T is an integer a student can check by hand. E = 4, H = 2, D = 2, L = S = 3, N = 1.
+WORKED_EXAMPLE = {
+    "in_proj_weight": [[1, 0, 0, 0],     # W_q: rows [0, 4), the identity: q = x + b_q
+                       [0, 1, 0, 0],
+                       [0, 0, 1, 0],
+                       [0, 0, 0, 1],
+                       [0, 1, 0, 0],     # W_k: rows [4, 8), the features shifted by one:
+                       [0, 0, 1, 0],     #   k = (x1, x2, x3, x0), so that q . k^T is not
+                       [0, 0, 0, 1],     #   symmetric and swapping W_q and W_k shows
+                       [1, 0, 0, 0],
+                       [1, 1, 0, 0],     # W_v: rows [8, 12), sums of neighbours
+                       [0, 1, 1, 0],
+                       [0, 0, 1, 1],
+                       [1, 0, 0, 1]],
+    "in_proj_bias": [0, 0, 0, 0,  0, 0, 0, 0,  0, 0, 0, 1],   # b_q, b_k = 0; b_v = [0, 0, 0, 1]
+    "out_proj.weight": [[1, 0, 0, 0],
+                        [0, 1, 0, 0],
+                        [0, 0, 1, 0],
+                        [0, 0, 1, 1]],
+    "out_proj.bias": [0, 0, 0, -1],
+    "query": [[[1, 0, 1, 0]],            # (L, N, E) = (3, 1, 4)
+              [[0, 2, 0, 1]],
+              [[1, 1, 0, 0]]],
+}
+
+
+def set_worked_example_parameters(mha: torch.nn.MultiheadAttention) -> None:
+    """The worked example's parameters, as written in WORKED_EXAMPLE."""
+    with torch.no_grad():
+        for name, p in mha.named_parameters():
+            p.copy_(torch.tensor(WORKED_EXAMPLE[name], dtype=p.dtype))
+
+
 def make_module(case: Case) -> torch.nn.MultiheadAttention:
     """A real MultiheadAttention with every parameter, biases included, set to non-zero values.
 
@@ -18,7 +53,10 @@ def make_module(case: Case) -> torch.nn.MultiheadAttention:
     they may depend on the CPU kernel; how many values it draws does not.)
     """
     mha = torch.nn.MultiheadAttention(**case.module_options(), dtype=case.dtype)
-    set_random_parameters(mha)
+    if case.worked_example:
+        set_worked_example_parameters(mha)
+    else:
+        set_random_parameters(mha)
     return mha.eval()
 
 
@@ -39,6 +77,10 @@ def input_shape(case: Case, length: int, dim: int) -> tuple:
 
 def make_inputs(case: Case) -> tuple:
     """query, key, value with the object identity the case asks for."""
+    if case.worked_example:
+        query = torch.tensor(WORKED_EXAMPLE["query"], dtype=case.dtype)
+        assert case.inputs == SELF and tuple(query.shape) == input_shape(case, case.L, case.E), case.name
+        return query, query, query
     query = randn(input_shape(case, case.L, case.E), case.dtype)
     if case.inputs == SELF:
         return query, query, query

@@ -66,6 +66,8 @@ class Case:
     rtol: Optional[float] = None      # the case's own rtol, the reason in its description
                                       # (see check_float32_accuracy in runner.py); else
                                       # the dtype's
+    worked_example: bool = False      # parameters and input written out by hand
+                                      # (case_tensors.WORKED_EXAMPLE), not drawn
 
     def __post_init__(self):
         assert self.layout in (SEQ_FIRST, BATCH_FIRST, UNBATCHED), self.name
@@ -159,6 +161,13 @@ class Rejection:
 F64 = torch.float64
 
 CASES = [
+    # 0) The worked example of docs/10: small integers a student can multiply by hand.
+    Case("worked_example_f64",
+         "The worked example (tutorial 10, docs/10-worked-example.md): E = 4, H = 2 heads of "
+         "D = 2, L = S = 3, one batch entry, self-attention; every parameter and input a small "
+         "integer written out in case_tensors.WORKED_EXAMPLE, so that q, k, v and the scores "
+         "can be computed by hand.",
+         dtype=F64, E=4, H=2, L=3, S=3, N=1, worked_example=True),
     # 1) Layouts x the three ways query, key and value relate.
     Case("self_seqfirst_f32",
          "Self-attention (query, key and value are one tensor) on seq-first (L, N, E) input: "
