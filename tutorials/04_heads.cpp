@@ -71,7 +71,8 @@ int run(const std::string& case_name, std::size_t H) {
   tutorial::shape("qh = .transpose(0, 1) (N*H, L, D)", qh);
   tutorial::shape("kh, vh (N*H, S, D)", kh);
   tutorial::values("q[:, 0, :] (batch 0, all heads)", xt::view(q, xt::all(), 0, xt::all()), 3, 8);
-  tutorial::values("qh[1] (batch 0, head 1)", xt::view(qh, std::min<std::size_t>(1, N * H - 1)), 3, 8);
+  const std::size_t b1 = std::min<std::size_t>(1, N * H - 1);  // batch-head 1: batch 1 / H, head 1 % H
+  tutorial::values(fmt::format("qh[{}] (batch {}, head {})", b1, b1 / H, b1 % H), xt::view(qh, b1), 3, 8);
   fmt::print("  Head h of batch n is batch-head n*H + h: columns [h*D, (h+1)*D) of q[:, n, :].\n");
 
   tutorial::step(3, "scale q by 1/sqrt(D), then scores = q k^T");

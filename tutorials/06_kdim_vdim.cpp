@@ -64,8 +64,9 @@ int main(int argc, char** argv) try {
       "  are the same as in the packed form.\n");
   check_forward(verdict, "separate", module, c);
 
-  tutorial::step(3, "packing it is impossible: to_packed() raises mha::Error");
   const bool packable = module.qkv_same_embed_dim();  // kdim == vdim == E
+  tutorial::step(3, packable ? "packing it: kdim == vdim == E, so to_packed() can"
+                             : "packing it is impossible: to_packed() raises mha::Error");
   bool raised = false;
   try {
     fmt::print("  to_packed() gives in_proj_weight {}\n",

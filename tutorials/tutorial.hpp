@@ -119,8 +119,11 @@ mha::MultiheadAttention<T> reference_module(const mha::Case<T>& c) {
 // A parameter of the case by its state_dict name, or an mha::Error that says why not.
 template <class T>
 const xt::xarray<T>& parameter(const mha::Case<T>& c, const std::string& name) {
-  mha::check(c.parameters.contains(name), "--case", "{} has no {} (kdim or vdim != E, or bias=False?)", c.info.name,
-             name);
+  const char* why = name.ends_with("bias")                          ? "bias=False?"
+                    : name == "in_proj_weight"                      ? "kdim or vdim != E: q/k/v_proj_weight instead"
+                    : name.find("proj_weight") != std::string::npos ? "kdim == vdim == E: in_proj_weight instead"
+                                                                    : "not in this case's options";
+  mha::check(c.parameters.contains(name), "--case", "{} has no {} ({})", c.info.name, name, why);
   return c.parameters.at(name);
 }
 
