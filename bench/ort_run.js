@@ -1,0 +1,141 @@
+#!/usr/bin/env node
+// bench/ort_run.js: one ONNX model run through ONNX Runtime's CPU engine (onnxruntime-node).
+//
+//   node bench/ort_run.js MODEL.onnx --input NAME=FILE --shape D0,D1,... [--threads N]
+//        [--save DIR] [--samples K] [--min-sample-ms T] [--ort-dir DIR]
+//
+// The model's one float32 input NAME is read from FILE (raw little-endian float32, as
+// numpy's tofile writes it) with the given shape. The session has intraOpNumThreads = N
+// (default 2), interOpNumThreads = 1, sequential execution and every graph optimisation.
+//
+// With --save DIR: runs the model once and writes each output to DIR/<output name>.f32
+// (raw float32), then prints {"outputs": {name: dims}} as JSON.
+// Without it: times session.run the way bench/torch_mha.py times PyTorch: at least
+// 0.1 s of warm-up, then K samples (default 7), each a batch of consecutive runs long
+// enough to last T ms (default 20; the batch size doubles until it does); prints
+// {"median_ms": per-run median over the samples, ...} as JSON. The time includes what
+// the Node binding adds to every run (creating the input tensor once, the call through
+// N-API and the promise), a few tens of microseconds.
+//
+// onnxruntime-node is loaded from DIR/node_modules (default build/onnxruntime-node
+// under the project root), where bench/ort_mha.py and scripts/setup install it with
+// `npm install --ignore-scripts --prefix DIR onnxruntime-node@VERSION`.
+'use strict';
+
+const fs = require('node:fs');
+const path = require('node:path');
+
+function usage(message) {
+  process.stderr.write(`bench/ort_run.js: ${message}\n` +
+    'usage: node bench/ort_run.js MODEL.onnx --input NAME=FILE --shape D0,D1,... [--threads N] ' +
+    '[--save DIR] [--samples K] [--min-sample-ms T] [--ort-dir DIR]\n');
+  process.exit(2);
+}
+
+function parseArgs(argv) {
+  const args = { threads: 2, samples: 7, minSampleMs: 20,
+                 ortDir: path.join(__dirname, '..', 'build', 'onnxruntime-node') };
+  for (let i = 0; i < argv.length; ++i) {
+    const flag = argv[i];
+    const value = () => {
+      if (i + 1 >= argv.length) usage(`${flag} needs a value`);
+      return argv[++i];
+    };
+    if (flag === '--input') {
+      const [name, file] = value().split(/=(.*)/s);
+      if (!file) usage('--input takes NAME=FILE');
+      args.inputName = name, args.inputFile = file;
+    } else if (flag === '--shape') args.shape = value().split(',').map(Number);
+    else if (flag === '--threads') args.threads = Number(value());
+    else if (flag === '--save') args.save = value();
+    else if (flag === '--samples') args.samples = Number(value());
+    else if (flag === '--min-sample-ms') args.minSampleMs = Number(value());
+    else if (flag === '--ort-dir') args.ortDir = value();
+    else if (flag.startsWith('--')) usage(`unknown option ${flag}`);
+    else if (args.model === undefined) args.model = flag;
+    else usage(`unexpected argument ${flag}`);
+  }
+  if (!args.model || !args.inputName || !args.shape) usage('MODEL, --input and --shape are required');
+  if (args.shape.some((d) => !Number.isInteger(d) || d <= 0)) usage(`bad --shape ${args.shape}`);
+  if (!(args.threads >= 1 && args.samples >= 1 && args.minSampleMs > 0)) usage('bad --threads, --samples or --min-sample-ms');
+  return args;
+}
+
+function readFloat32(file, shape) {
+  const bytes = fs.readFileSync(file);
+  const count = shape.reduce((a, b) => a * b, 1);
+  if (bytes.length !== 4 * count) {
+    throw new Error(`${file}: ${bytes.length} bytes, expected ${4 * count} for shape [${shape}] in float32`);
+  }
+  // A copy into a buffer of its own, so that the Float32Array is 4-byte aligned.
+  return new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length));
+}
+
+const now = () => Number(process.hrtime.bigint()) / 1e6;  // milliseconds
+
+async function timeRuns(session, feeds, samples, minSampleMs) {
+  const warmupStart = now();  // warm-up, at least 0.1 s: allocations, thread pool, caches
+  do await session.run(feeds); while (now() - warmupStart < 100);
+  let inner = 1, elapsed;
+  for (;;) {
+    const start = now();
+    for (let i = 0; i < inner; ++i) await session.run(feeds);
+    elapsed = now() - start;
+    if (elapsed >= minSampleMs) break;
+    inner *= 2;
+  }
+  const times = [elapsed / inner];
+  for (let s = 1; s < samples; ++s) {
+    const start = now();
+    for (let i = 0; i < inner; ++i) await session.run(feeds);
+    times.push((now() - start) / inner);
+  }
+  times.sort((a, b) => a - b);
+  const mid = times.length >> 1;
+  const median = times.length % 2 ? times[mid] : (times[mid - 1] + times[mid]) / 2;
+  return { median, times, inner };
+}
+
+async function main() {
+  const args = parseArgs(process.argv.slice(2));
+  const ortPath = path.join(args.ortDir, 'node_modules', 'onnxruntime-node');
+  let ort;
+  try {
+    ort = require(ortPath);
+  } catch (error) {
+    process.stderr.write(`bench/ort_run.js: cannot load onnxruntime-node from ${ortPath}: ${error.message}\n`);
+    process.exit(3);
+  }
+  const session = await ort.InferenceSession.create(args.model, {
+    intraOpNumThreads: args.threads, interOpNumThreads: 1,
+    executionMode: 'sequential', graphOptimizationLevel: 'all',
+    // Errors only: ONNX Runtime 1.30 infers the last dimension of the opset-23 Attention's
+    // qk_matmul_output as 0 for 3-D inputs, and would warn about it on every run.
+    logSeverityLevel: 3,
+  });
+  if (!session.inputNames.includes(args.inputName)) {
+    throw new Error(`the model's inputs are ${session.inputNames.join(', ')}, not ${args.inputName}`);
+  }
+  const feeds = { [args.inputName]: new ort.Tensor('float32', readFloat32(args.inputFile, args.shape), args.shape) };
+
+  if (args.save) {
+    const results = await session.run(feeds);
+    const outputs = {};
+    for (const name of session.outputNames) {
+      const t = results[name];
+      if (t.type !== 'float32') throw new Error(`output ${name} is ${t.type}, expected float32`);
+      fs.writeFileSync(path.join(args.save, `${name}.f32`), Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength));
+      outputs[name] = t.dims;
+    }
+    process.stdout.write(JSON.stringify({ outputs, ort_version: ort.env.versions.node }) + '\n');
+    return;
+  }
+  const { median, times, inner } = await timeRuns(session, feeds, args.samples, args.minSampleMs);
+  process.stdout.write(JSON.stringify({ median_ms: median, sample_ms: times, runs_per_sample: inner,
+                                        threads: args.threads, ort_version: ort.env.versions.node }) + '\n');
+}
+
+main().catch((error) => {
+  process.stderr.write(`bench/ort_run.js: ${error.stack || error}\n`);
+  process.exit(1);
+});
