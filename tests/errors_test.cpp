@@ -8,6 +8,8 @@
 #include <fstream>
 #include <string>
 
+import mha.io;
+
 using Catch::Matchers::Contains;
 
 namespace {

@@ -15,6 +15,7 @@
 #include <cstdio>
 
 import mha;
+import mha.io;
 
 namespace {
 
