@@ -1,8 +1,10 @@
 # Installing mha: the library, its module interface units, and the package config that
-# lets another project write find_package(mha), link mha::mha and `import mha;`.
+# lets another project write find_package(mha), link mha::mha and `import mha;` (and
+# `import mha.io;`, `import mha.golden;`).
 #
 #   <prefix>/lib/libmha.a
-#   <prefix>/include/mha/*.cppm, third_party.hpp   module interface units and their GMF header
+#   <prefix>/include/mha/*.cppm, io/, golden/, third_party.hpp
+#                                                   module units and their GMF header
 #   <prefix>/lib/cmake/mha/                         mhaConfig.cmake, version, targets
 #   <prefix>/bin/mha-golden                         the golden-case checker
 include(GNUInstallDirs)
@@ -11,7 +13,8 @@ include(CMakePackageConfigHelpers)
 set(MHA_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/mha" CACHE STRING "Where mhaConfig.cmake is installed")
 
 # Consumers compile the interface units themselves; each includes "third_party.hpp",
-# found next to it, and consumers include it before `import mha;`.
+# found in include/mha (next to the units of mha, on the include path for those in io/ and
+# golden/), and consumers include it before `import mha;`.
 target_include_directories(mha PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/mha>)
 
 install(TARGETS mha EXPORT mhaTargets

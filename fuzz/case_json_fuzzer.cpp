@@ -11,6 +11,7 @@
 #include <string_view>
 
 import mha;
+import mha.golden;
 
 namespace {
 

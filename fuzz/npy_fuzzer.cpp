@@ -12,6 +12,7 @@
 #include <string>
 
 import mha;
+import mha.io;
 
 namespace {
 

@@ -1,9 +1,10 @@
 // safetensors_fuzzer: libFuzzer target for the .safetensors reader
-// (mha::read_safetensors, mha::to_xarray).
+// (mha::read_safetensors, mha::read_tensor, mha::to_xarray, mha::tensor).
 //
-// Any byte string is a possible .safetensors file. The reader must either return tensors
-// whose bytes match their shapes and dtypes, or throw mha::Error. The reader takes a
-// path, so each input is written to a file of this process first.
+// Any byte string is a possible .safetensors file. The reader must either return entries
+// whose byte ranges match their shapes and dtypes, each read back from its offset whole,
+// or throw mha::Error. The reader takes a path, so each input is written to a file of
+// this process first.
 #include "third_party.hpp"  // first: the same global declarations as the module's
 
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 import mha;
+import mha.io;
 
 namespace {
 
@@ -34,6 +36,15 @@ const std::filesystem::path& input_file() {
   return file.path;
 }
 
+// Reading a tensor as a type either succeeds or is a clear rejection: F32 as double, F64
+// as float, integers and bools are not readable as weights.
+template <class Read>
+void read_or_reject(Read read) {
+  try {
+    read();
+  } catch (const mha::Error&) {}
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -44,16 +55,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   try {
     const mha::Safetensors st = mha::read_safetensors(input_file());
-    for (const auto& [name, tensor] : st.tensors) {
-      const std::size_t itemsize = mha::safetensors_itemsize(tensor.dtype);
+    for (const auto& [name, entry] : st.tensors) {
+      const std::size_t itemsize = mha::safetensors_itemsize(entry.dtype);
       std::size_t count = itemsize;
-      for (auto d : tensor.shape) count *= d;
-      if (itemsize == 0 || tensor.bytes.size() != count) std::abort();  // the reader let a bad entry through
-      try {
-        (void)mha::to_xarray<double>(tensor, name);
-      } catch (const mha::Error&) {
-        // F32, integers, bool: not readable as double, rejected clearly.
-      }
+      for (auto d : entry.shape) count *= d;
+      if (itemsize == 0 || entry.byte_size() != count) std::abort();     // the reader let a bad entry through
+      const mha::SafetensorsTensor tensor = mha::read_tensor(st, name);  // from its offset
+      if (tensor.bytes.size() != count) std::abort();
+      read_or_reject([&] { (void)mha::to_xarray<double>(tensor, name); });
+      read_or_reject([&] { (void)mha::tensor<float>(st, name); });  // straight into the array when F32
     }
   } catch (const mha::Error&) {
     // A clear rejection.

@@ -11,12 +11,17 @@
 // the masks (:masks), bias_k/bias_v (:extra_keys), the scale (:attention), the output
 // weights (:inputs).
 //
+// An interface partition that exports nothing: MultiheadAttention holds an Engine, so code
+// outside the module that moves or copies a MultiheadAttention needs Engine's definition to
+// be reachable, which an implementation partition's is not. Its names stay in mha::detail,
+// invisible to `import mha;`.
+//
 // Legend: L = target length, S = source length, S' = S with bias_k and the zero key,
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H.
 module;
 #include "third_party.hpp"
 
-module mha:engine;
+export module mha:engine;
 
 import :random;
 import :threads;

@@ -10,6 +10,8 @@
 #include <set>
 #include <string>
 
+import mha.io;
+
 namespace {
 
 using Blocks = std::array<std::size_t, 3>;  // which row block plays Q, K and V

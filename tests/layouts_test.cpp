@@ -11,6 +11,8 @@
 
 #include <string>
 
+import mha.io;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -166,15 +168,7 @@ TEST_CASE("the head interleavings are the published permutations, on a small exa
 }
 
 TEST_CASE("layout errors name the key or argument, the expected and the actual value", "[layouts][errors]") {
-  const auto read = [](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const mha::Error& e) {
-      return e.what();
-    }
-    FAIL("expected an mha::Error");
-    return {};
-  };
+  const auto read = [](auto&& f) { return mha_test::error_of(f); };
   const auto gpt2 = load_layout("gpt2");
   Dict missing = gpt2.layout;
   missing.erase("c_proj.bias");

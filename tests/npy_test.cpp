@@ -4,6 +4,8 @@
 #include <fstream>
 #include <iterator>
 
+import mha.io;
+
 using Catch::Matchers::Contains;
 
 namespace {

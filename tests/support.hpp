@@ -7,7 +7,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>  // getpid
+
 import mha;
+import mha.golden;
 
 // The expression throws mha::Error, and its message matches (e.g. names the argument).
 #define CHECK_MHA_ERROR(expression, message_matcher) \
@@ -57,6 +60,29 @@ const xt::xarray<T>& weights(const mha::Output<T>& out) {
 template <class T>
 xt::xarray<T> weights(mha::Output<T>&& out) {
   return value_of(std::move(out.attn_output_weights), "attn_output_weights");
+}
+
+// A fresh folder under the system's temporary folder, removed at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / fmt::format("mha-test-{}-{}", name, ::getpid())) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+// The message of the mha::Error that `f` throws; fails the test if it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const mha::Error& e) {
+    return e.what();
+  }
+  FAIL("expected an mha::Error, none was thrown");
+  return {};
 }
 
 // Exact equality of two xtensor expressions (shape and every element), as one bool.

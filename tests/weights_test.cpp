@@ -7,9 +7,9 @@
 // tests are written here, into a temporary folder, one defect each.
 #include "support.hpp"
 
-#include <unistd.h>  // getpid
-
 #include <string>
+
+import mha.io;
 
 namespace {
 
@@ -22,16 +22,8 @@ constexpr std::int64_t kHeads = 2;              // nhead of the shipped Transfor
 constexpr std::size_t kEmbed = 8;               // its d_model
 constexpr double kRtol = 1.3e-6, kAtol = 1e-5;  // PyTorch's float32 defaults
 
-// A fresh folder under the system's temporary folder, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() / fmt::format("mha-weights-test-{}-{}", name, ::getpid())) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using mha_test::error_of;
+using mha_test::TempDir;
 
 // A safetensors file from a header text (given as is) and `data_bytes` zero bytes.
 fs::path write_raw(const fs::path& dir, const std::string& name, std::uint64_t header_length, const std::string& header,
@@ -49,18 +41,6 @@ fs::path write_header(const fs::path& dir, const std::string& name, const nlohma
   return write_raw(dir, name, text.size(), text, data_bytes);
 }
 
-// The message of the mha::Error that `f` throws; fails the test if it throws none.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const mha::Error& e) {
-    return e.what();
-  }
-  FAIL("expected an mha::Error, none was thrown");
-  return {};
-}
-
 nlohmann::json entry(const char* dtype, std::vector<std::size_t> shape, std::size_t begin, std::size_t end) {
   return {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {begin, end}}};
 }
@@ -74,7 +54,7 @@ TEST_CASE("the shipped TransformerEncoder file: keys, dtypes, shapes and metadat
   const auto& w = st.tensors.at("layers.0.self_attn.in_proj_weight");
   CHECK(w.dtype == "F32");
   CHECK(w.shape == std::vector<std::size_t>{3 * kEmbed, kEmbed});
-  CHECK(w.bytes.size() == 3 * kEmbed * kEmbed * 4);
+  CHECK(w.byte_size() == 3 * kEmbed * kEmbed * 4);
   const auto layers = mha::attention_layer_prefixes([&] {
     std::vector<std::string> names;
     names.reserve(st.tensors.size());
@@ -156,7 +136,7 @@ TEST_CASE("dtype mismatch: F64 is not narrowed to float, nor an integer tensor r
 }
 
 TEST_CASE("the writer round-trips parameters, metadata and every shape", "[safetensors][writer]") {
-  TempDir tmp("writer");
+  TempDir tmp("weights-writer");
   mha::Options o;
   o.embed_dim = 6, o.num_heads = 2, o.kdim = 4, o.vdim = 5, o.add_bias_kv = true;
   const auto dict = mha::MultiheadAttention<double>(o, /*seed=*/7).state_dict();
@@ -181,7 +161,7 @@ TEST_CASE("the writer round-trips parameters, metadata and every shape", "[safet
 }
 
 TEST_CASE("a folder of .npy files named by state_dict keys loads like a safetensors file", "[npy][folder]") {
-  TempDir tmp("npy-folder");
+  TempDir tmp("weights-npy-folder");
   const auto dict = mha::load_safetensors<float>(kEncoder);
   for (const auto& [name, value] : dict) mha::save_npy<float>(tmp.path / (name + ".npy"), value);
   const auto src = mha::load_npy<float>(kEncoder.parent_path() / "src.npy");
@@ -211,7 +191,7 @@ TEST_CASE("selecting a layer: a missing or ambiguous prefix is an error that nam
 }
 
 TEST_CASE("shape mismatch: a layer whose weights PyTorch would not load is rejected by name", "[safetensors][errors]") {
-  TempDir tmp("shape");
+  TempDir tmp("weights-shape");
   auto dict = mha::load_safetensors<float>(kEncoder, "layers.0.self_attn.");
   dict["in_proj_bias"] = xt::zeros<float>({3 * kEmbed - 1});  // (23) instead of (24)
   mha::save_safetensors(tmp.path / "bad.safetensors", dict);
@@ -225,7 +205,7 @@ TEST_CASE("shape mismatch: a layer whose weights PyTorch would not load is rejec
 
 TEST_CASE("corrupt and truncated files are errors that name the defect, never an out-of-bounds read",
           "[safetensors][errors]") {
-  TempDir tmp("corrupt");
+  TempDir tmp("weights-corrupt");
   const auto& dir = tmp.path;
   const auto read = [](const fs::path& p) { return error_of([&] { mha::read_safetensors(p); }); };
 
@@ -260,6 +240,11 @@ TEST_CASE("corrupt and truncated files are errors that name the defect, never an
   SECTION("a size that does not match shape and dtype (misaligned)") {
     const auto p = write_header(dir, "size.safetensors", {{"w", entry("F32", {2, 2}, 0, 12)}}, 12);
     CHECK_THAT(read(p), Catch::Contains("'w'") && Catch::Contains("hold 12 bytes, but shape (2, 2) of F32 needs 16"));
+  }
+  SECTION("a zero dimension beside huge ones (xtensor's strides would overflow), as the .npy reader rejects it") {
+    const auto p =
+        write_header(dir, "strides.safetensors", {{"w", entry("F32", {0, 18446744073709, 512154}, 0, 0)}}, 0);
+    CHECK_THAT(read(p), Catch::Contains("'w'") && Catch::Contains("shape (0, 18446744073709, 512154) is too large"));
   }
   SECTION("a gap between tensors, and bytes left over after them") {
     const auto gap =
@@ -302,7 +287,7 @@ TEST_CASE("a tensor put together by hand must hold the bytes its shape needs", "
 }
 
 TEST_CASE("an empty safetensors file (no tensors) is valid, as in the reference implementation", "[safetensors]") {
-  TempDir tmp("empty");
+  TempDir tmp("weights-empty");
   const auto p = write_raw(tmp.path, "empty.safetensors", 2, "{}", 0);
   CHECK(mha::read_safetensors(p).tensors.empty());
 }

@@ -8,6 +8,9 @@
 // is found by PyTorch's key names: a prefix P with P + "out_proj.weight" and
 // P + "in_proj_weight" (packed) or P + "q_proj_weight" (separate). num_heads is not in
 // the weights (in_proj_weight is (3E, E) whatever H is), so --run needs --num-heads.
+//
+// A thin command over mha.io: the file is opened by its headers (mha::open_checkpoint),
+// listing reads no tensor data, and --split and --run read the one layer's tensors.
 #include <CLI/CLI.hpp>
 
 #include "third_party.hpp"
@@ -15,6 +18,7 @@
 #include <cstdio>
 
 import mha;
+import mha.io;
 
 namespace {
 
@@ -28,54 +32,12 @@ struct Arguments {
   std::uint64_t seed = 0;
 };
 
-// The tensor names of FILE, without reading any as weights (a model may also hold
-// integer buffers, such as position ids).
-std::vector<std::string> tensor_names(const fs::path& file) {
-  std::vector<std::string> names;
-  if (fs::is_directory(file)) {
-    for (const auto& entry : fs::directory_iterator(file))
-      if (entry.path().extension() == ".npy") names.push_back(entry.path().stem().string());
-    std::sort(names.begin(), names.end());
-  } else {
-    for (const auto& [name, _] : mha::read_safetensors(file).tensors) names.push_back(name);
-  }
-  return names;
-}
-
-// The parameters of the layer at `prefix` as T, by PyTorch's names (the prefix removed).
-// Only nn.MultiheadAttention's keys are read: a folder of a golden case, say, also holds
-// inputs and bool masks.
-template <class T>
-mha::StateDict<T> load_layer(const fs::path& file, const std::vector<std::string>& names, const std::string& prefix) {
-  std::optional<mha::Safetensors> st;
-  if (!fs::is_directory(file)) st = mha::read_safetensors(file);
-  mha::StateDict<T> layer;
-  for (const auto& key : mha::multihead_attention_keys()) {
-    const std::string name = prefix + key;
-    if (std::find(names.begin(), names.end(), name) == names.end()) continue;
-    layer.emplace(key, st ? mha::tensor<T>(*st, name) : mha::load_npy<T>(file / (name + ".npy")));
-  }
-  return layer;
-}
-
-// Double when the file's attention weights are F64 (or .npy '<f8'), float otherwise.
-bool holds_double(const fs::path& file) {
-  if (fs::is_directory(file)) {
-    for (const auto& entry : fs::directory_iterator(file))
-      if (entry.path().extension() == ".npy" && mha::read_npy(entry.path()).descr == "<f8") return true;
-    return false;
-  }
-  for (const auto& [name, t] : mha::read_safetensors(file).tensors)
-    if (name.ends_with("out_proj.weight") && t.dtype == "F64") return true;
-  return false;
-}
-
 // A layer's prefix as printed: the keys of a folder of one layer have none.
 std::string shown_prefix(const std::string& prefix) { return prefix.empty() ? "(no prefix)" : prefix; }
 
-void list_layers(const Arguments& args, const std::vector<std::string>& names,
+void list_layers(const Arguments& args, const mha::Checkpoint& checkpoint,
                  const std::vector<mha::AttentionLayer>& layers) {
-  fmt::print("{}: {} tensors, {} attention layer{}\n", args.file, names.size(), layers.size(),
+  fmt::print("{}: {} tensors, {} attention layer{}\n", args.file, checkpoint.tensors.size(), layers.size(),
              layers.size() == 1 ? "" : "s");
   for (const auto& l : layers) {
     fmt::print("  {}\n", shown_prefix(l.prefix));
@@ -91,56 +53,36 @@ void list_layers(const Arguments& args, const std::vector<std::string>& names,
 
 // W_q .. b_v of one layer as .npy files and as one safetensors file, with where each came from.
 template <class T>
-void split_layer(const fs::path& out, const mha::AttentionLayer& info, const mha::StateDict<T>& layer) {
+void split_layer(const fs::path& out, const mha::StateDict<T>& layer, const std::string& prefix) {
   fs::create_directories(out);
-  const std::size_t E = static_cast<std::size_t>(info.embed_dim);
   mha::StateDict<T> parts;
-  std::vector<std::pair<std::string, std::string>> sources;  // name -> where it came from
-  const char* names[] = {"q", "k", "v"};
-  for (std::size_t i = 0; i < 3; ++i) {
-    const std::string w = fmt::format("W_{}", names[i]), b = fmt::format("b_{}", names[i]);
-    if (info.packed) {
-      parts[w] = xt::view(layer.at("in_proj_weight"), xt::range(i * E, (i + 1) * E), xt::all());  // (E, E)
-      sources.emplace_back(w, fmt::format("{}in_proj_weight rows [{}, {})", info.prefix, i * E, (i + 1) * E));
-    } else {
-      const std::string key = fmt::format("{}_proj_weight", names[i]);
-      parts[w] = layer.at(key);
-      sources.emplace_back(w, fmt::format("{}{} (all rows)", info.prefix, key));
-    }
-    if (info.bias) {
-      parts[b] = xt::view(layer.at("in_proj_bias"), xt::range(i * E, (i + 1) * E));  // (E)
-      sources.emplace_back(b, fmt::format("{}in_proj_bias [{}, {})", info.prefix, i * E, (i + 1) * E));
-    }
+  for (const auto& part : mha::split_attention_layer(layer, prefix)) {
+    mha::save_npy<T>(out / (part.name + ".npy"), part.value);
+    fmt::print("{} {:<8} = {}  -> {}\n", part.name, mha::shape_string(part.value.shape()), part.source,
+               (out / (part.name + ".npy")).string());
+    parts.emplace(part.name, part.value);
   }
-  for (const auto& [name, source] : sources) {
-    mha::save_npy<T>(out / (name + ".npy"), parts.at(name));
-    fmt::print("{} {:<8} = {}  -> {}\n", name, mha::shape_string(parts.at(name).shape()), source,
-               (out / (name + ".npy")).string());
-  }
-  mha::save_safetensors(out / "split.safetensors", parts, {{"source", info.prefix}});
+  mha::save_safetensors(out / "split.safetensors", parts, {{"source", prefix}});
   fmt::print("all of them -> {}\n", (out / "split.safetensors").string());
+}
+
+// A (L, N, dim) sequence-first input of standard normal values, from the library's
+// generator: the same numbers with every standard library.
+template <class T>
+xt::xarray<T> random_input(mha::Generator& generator, std::size_t L, std::size_t N, std::size_t dim) {
+  xt::xarray<T> x = xt::xarray<T>::from_shape({L, N, dim});
+  for (auto& v : x) v = static_cast<T>(generator.normal());
+  return x;
 }
 
 template <class T>
 void run_layer(const Arguments& args, const mha::StateDict<T>& layer, const std::string& prefix) {
   auto module = mha::load_attention_layer(layer, "", args.num_heads);
-  std::mt19937_64 engine(args.seed);
-  // Standard normal by Box-Muller on 53-bit uniforms: the same numbers with every standard
-  // library (std::normal_distribution's algorithm is left to the implementation).
-  const auto uniform = [&] { return static_cast<double>(engine() >> 11) * 0x1.0p-53; };
-  const auto normal = [&] {
-    const double u1 = 1.0 - uniform(), u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-  };
+  mha::Generator generator(args.seed);
   const std::size_t L = args.length, N = args.batch;
-  auto random = [&](std::size_t dim) {
-    xt::xarray<T> x = xt::xarray<T>::from_shape({L, N, dim});  // (L, N, dim), seq-first
-    for (auto& v : x) v = static_cast<T>(normal());
-    return x;
-  };
-  const auto query = random(module.embed_dim());
-  const auto key = module.qkv_same_embed_dim() ? query : random(module.kdim());
-  const auto value = module.qkv_same_embed_dim() ? query : random(module.vdim());
+  const auto query = random_input<T>(generator, L, N, module.embed_dim());
+  const auto key = module.qkv_same_embed_dim() ? query : random_input<T>(generator, L, N, module.kdim());
+  const auto value = module.qkv_same_embed_dim() ? query : random_input<T>(generator, L, N, module.vdim());
   const auto out = module.forward(query, key, value);
   fmt::print("run {} (num_heads={}, head_dim={}), seed {}:\n", shown_prefix(prefix), module.num_heads(),
              module.head_dim(), args.seed);
@@ -158,27 +100,29 @@ void run_layer(const Arguments& args, const mha::StateDict<T>& layer, const std:
   fmt::print("  attn_output[0, 0, :{}] = [{:.6f}]\n", shown, fmt::join(first, ", "));
 }
 
+// --split and --run on the one layer the prefix selects, read as T.
 template <class T>
+void split_and_run(const Arguments& args, const mha::Checkpoint& checkpoint, const std::string& prefix) {
+  const auto layer = mha::attention_layer_parameters<T>(checkpoint, prefix);  // that layer's tensors only
+  if (!args.split.empty()) split_layer<T>(args.split, layer, prefix);
+  if (args.run) run_layer<T>(args, layer, prefix);
+}
+
 int inspect(const Arguments& args) {
-  const auto names = tensor_names(args.file);
+  const auto checkpoint = mha::open_checkpoint(args.file);  // the headers only
 
   // 1) without --split or --run: list the layers under --prefix (all of them without it)
   if (args.split.empty() && !args.run) {
-    std::vector<mha::AttentionLayer> layers;
-    for (const auto& prefix : mha::attention_layer_prefixes(names))
-      if (prefix.starts_with(args.prefix))
-        layers.push_back(mha::describe_attention_layer(load_layer<T>(args.file, names, prefix), prefix));
-    if (layers.empty()) mha::select_attention_layer(names, args.prefix);  // the error, with what there is
-    list_layers(args, names, layers);
+    list_layers(args, checkpoint, mha::attention_layers(checkpoint, args.prefix));
     return 0;
   }
 
-  // 2) --split and --run work on one layer: the prefix must select exactly one
-  const std::string prefix = mha::select_attention_layer(names, args.prefix);
-  const auto layer = load_layer<T>(args.file, names, prefix);
-  const auto info = mha::describe_attention_layer(layer, prefix);
-  if (!args.split.empty()) split_layer<T>(args.split, info, layer);
-  if (args.run) run_layer<T>(args, layer, prefix);
+  // 2) --split and --run work on one layer: the prefix must select exactly one. Its
+  // weights are read as double when they are float64, as float otherwise (F16 and BF16
+  // widen to float exactly).
+  const auto layer = mha::describe_attention_layer(checkpoint, args.prefix);
+  if (layer.dtype == "float64") split_and_run<double>(args, checkpoint, layer.prefix);
+  else split_and_run<float>(args, checkpoint, layer.prefix);
   return 0;
 }
 
@@ -216,7 +160,7 @@ int main(int argc, char** argv) {
       throw mha::Error(
           "--num-heads: required by --run: num_heads cannot be inferred from the weights "
           "(in_proj_weight is (3E, E) for every num_heads that divides E)");
-    return holds_double(args.file) ? inspect<double>(args) : inspect<float>(args);
+    return inspect(args);
   } catch (const mha::Error& e) {
     fmt::print(stderr, "mha-inspect: error: {}\n", e.what());
     return 1;

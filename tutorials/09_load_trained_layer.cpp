@@ -25,6 +25,8 @@
 
 #include "tutorial.hpp"
 
+import mha.io;
+
 int main(int argc, char** argv) try {
   CLI::App app{"Tutorial 09: load a trained layer and split it"};
   std::string folder = "golden/weights/transformer_encoder";

@@ -7,7 +7,7 @@
 // fixed format (4 decimals) so that the output is the same on every run; docs/ shows
 // this output verbatim, and scripts/docs-output checks that it has not drifted.
 //
-// Include it after the other headers: it ends with `import mha;`.
+// Include it after the other headers: it ends with `import mha;` and `import mha.golden;`.
 #pragma once
 
 #include <fmt/format.h>
@@ -30,6 +30,7 @@
 #include <vector>
 
 import mha;
+import mha.golden;
 
 namespace tutorial {
 

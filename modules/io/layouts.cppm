@@ -1,11 +1,11 @@
-// mha:layouts — other models' fused or separate Q/K/V weights, to and from PyTorch's.
+// mha.io:layouts — other models' fused or separate Q/K/V weights, to and from PyTorch's.
 //
 // PyTorch's nn.MultiheadAttention keeps the in-projection as in_proj_weight (3E, E) =
-// [W_q; W_k; W_v] with y = x W^T + b (see :in_projection). Other model families store the
-// same three matrices differently. Each pair of functions here converts one such layout
-// to PyTorch's state_dict names (in_proj_weight, in_proj_bias, out_proj.weight,
-// out_proj.bias) and back, with nothing but transposes, reshapes and row permutations,
-// so a round trip gives back the very same numbers:
+// [W_q; W_k; W_v] with y = x W^T + b (see mha's :in_projection). Other model families
+// store the same three matrices differently. Each pair of functions here converts one
+// such layout to PyTorch's state_dict names (in_proj_weight, in_proj_bias,
+// out_proj.weight, out_proj.bias) and back, with nothing but transposes, reshapes and
+// row permutations, so a round trip gives back the very same numbers:
 //
 //   from_gpt2 / to_gpt2                  HF GPT-2 attn.c_attn, attn.c_proj (Conv1D)
 //   from_bert / to_bert                  BERT attention.self.query/key/value, output.dense
@@ -24,18 +24,16 @@
 module;
 #include "third_party.hpp"
 
-export module mha:layouts;
+export module mha.io:layouts;
 
-import :error;
-import :options;
-import :multihead_attention;
+import mha;
 
-namespace mha::layouts_detail {
+namespace mha::detail {
 
 // The tensor `key` of a layout, which must be there with the given shape.
 // An empty `shape` checks presence only.
 template <class T>
-xt::xarray<T> require(const StateDict<T>& d, const std::string& key, const std::vector<std::size_t>& shape) {
+xt::xarray<T> layout_tensor(const StateDict<T>& d, const std::string& key, const std::vector<std::size_t>& shape) {
   check(d.contains(key), key, "missing (keys given: {})", [&] {
     std::vector<std::string> names;
     for (const auto& [name, _] : d) names.push_back(name);
@@ -50,32 +48,33 @@ xt::xarray<T> require(const StateDict<T>& d, const std::string& key, const std::
 
 // One extent of a weight that must be there and be 2-D: axis 1 of (rows, E) is E.
 template <class T>
-std::size_t extent(const StateDict<T>& d, const std::string& key, std::size_t axis) {
-  require(d, key, {});
+std::size_t layout_extent(const StateDict<T>& d, const std::string& key, std::size_t axis) {
+  layout_tensor(d, key, {});
   const auto& t = d.at(key);
   check(t.dimension() == 2, key, "expected a 2-D weight, got shape {}", shape_string(t.shape()));
   return t.shape(axis);
 }
 
 template <class T>
-std::size_t columns(const StateDict<T>& d, const std::string& key) {
-  return extent(d, key, 1);
+std::size_t layout_columns(const StateDict<T>& d, const std::string& key) {
+  return layout_extent(d, key, 1);
 }
 
-std::size_t head_dim(std::size_t E, std::size_t H) {
+std::size_t layout_head_dim(std::size_t E, std::size_t H) {
   check(H > 0 && E % H == 0, "num_heads", "embed_dim {} must be divisible by num_heads, got num_heads = {}", E, H);
   return E / H;
 }
 
 template <class T>
-xt::xarray<T> transposed(const xt::xarray<T>& w) {
+xt::xarray<T> transposed_copy(const xt::xarray<T>& w) {
   return xt::xarray<T>(xt::transpose(w));  // (a, b) -> (b, a)
 }
 
 // The 3E rows of a fused weight (3E, C), or of a bias (3E) seen as (3E, 1), regrouped by
 // an axis permutation of a 4-D view: (a0, a1, a2, C) -> the axes in `order`.
 template <class T>
-xt::xarray<T> permute_rows(const xt::xarray<T>& w, std::array<std::size_t, 3> view, std::array<std::size_t, 4> order) {
+xt::xarray<T> permute_fused_rows(const xt::xarray<T>& w, std::array<std::size_t, 3> view,
+                                 std::array<std::size_t, 4> order) {
   const std::size_t C = w.dimension() == 2 ? w.shape(1) : 1;
   const xt::xarray<T> grouped = xt::reshape_view(w, std::vector<std::size_t>{view[0], view[1], view[2], C});
   xt::xarray<T> moved = xt::transpose(grouped, {order[0], order[1], order[2], order[3]});
@@ -83,7 +82,12 @@ xt::xarray<T> permute_rows(const xt::xarray<T>& w, std::array<std::size_t, 3> vi
   return moved;
 }
 
-}  // namespace mha::layouts_detail
+// Llama's key/value heads: between 1 and H, and a divisor of H.
+void check_kv_heads(std::size_t H, std::size_t Hkv) {
+  check(Hkv > 0 && Hkv <= H && H % Hkv == 0, "num_key_value_heads", "must divide num_heads = {}, got {}", H, Hkv);
+}
+
+}  // namespace mha::detail
 
 export namespace mha {
 
@@ -93,22 +97,22 @@ export namespace mha {
 //   -> in_proj_weight = c_attn.weight^T (3E, E), out_proj.weight = c_proj.weight^T.
 template <class T>
 StateDict<T> from_gpt2(const StateDict<T>& gpt2) {
-  using namespace layouts_detail;
-  const std::size_t E = extent(gpt2, "c_attn.weight", 0);
-  return {{"in_proj_weight", transposed(require(gpt2, "c_attn.weight", {E, 3 * E}))},  // (E, 3E) -> (3E, E)
-          {"in_proj_bias", require(gpt2, "c_attn.bias", {3 * E})},
-          {"out_proj.weight", transposed(require(gpt2, "c_proj.weight", {E, E}))},
-          {"out_proj.bias", require(gpt2, "c_proj.bias", {E})}};
+  using namespace detail;
+  const std::size_t E = layout_extent(gpt2, "c_attn.weight", 0);
+  return {{"in_proj_weight", transposed_copy(layout_tensor(gpt2, "c_attn.weight", {E, 3 * E}))},  // (E, 3E) -> (3E, E)
+          {"in_proj_bias", layout_tensor(gpt2, "c_attn.bias", {3 * E})},
+          {"out_proj.weight", transposed_copy(layout_tensor(gpt2, "c_proj.weight", {E, E}))},
+          {"out_proj.bias", layout_tensor(gpt2, "c_proj.bias", {E})}};
 }
 
 template <class T>
 StateDict<T> to_gpt2(const StateDict<T>& torch) {
-  using namespace layouts_detail;
-  const std::size_t E = columns(torch, "in_proj_weight");
-  return {{"c_attn.weight", transposed(require(torch, "in_proj_weight", {3 * E, E}))},  // (3E, E) -> (E, 3E)
-          {"c_attn.bias", require(torch, "in_proj_bias", {3 * E})},
-          {"c_proj.weight", transposed(require(torch, "out_proj.weight", {E, E}))},
-          {"c_proj.bias", require(torch, "out_proj.bias", {E})}};
+  using namespace detail;
+  const std::size_t E = layout_columns(torch, "in_proj_weight");
+  return {{"c_attn.weight", transposed_copy(layout_tensor(torch, "in_proj_weight", {3 * E, E}))},  // (3E, E) -> (E, 3E)
+          {"c_attn.bias", layout_tensor(torch, "in_proj_bias", {3 * E})},
+          {"c_proj.weight", transposed_copy(layout_tensor(torch, "out_proj.weight", {E, E}))},
+          {"c_proj.bias", layout_tensor(torch, "out_proj.bias", {E})}};
 }
 
 // ---- BERT: three nn.Linear, stacked ----------------------------------------------------
@@ -117,22 +121,22 @@ StateDict<T> to_gpt2(const StateDict<T>& torch) {
 //   -> in_proj_weight = [query.weight; key.weight; value.weight], out_proj = output.dense.
 template <class T>
 StateDict<T> from_bert(const StateDict<T>& bert) {
-  using namespace layouts_detail;
-  const std::size_t E = columns(bert, "self.query.weight");
-  const auto w = [&](const char* name) { return require(bert, fmt::format("self.{}.weight", name), {E, E}); };
-  const auto b = [&](const char* name) { return require(bert, fmt::format("self.{}.bias", name), {E}); };
+  using namespace detail;
+  const std::size_t E = layout_columns(bert, "self.query.weight");
+  const auto w = [&](const char* name) { return layout_tensor(bert, fmt::format("self.{}.weight", name), {E, E}); };
+  const auto b = [&](const char* name) { return layout_tensor(bert, fmt::format("self.{}.bias", name), {E}); };
   return {{"in_proj_weight", xt::concatenate(xt::xtuple(w("query"), w("key"), w("value")), 0)},  // (3E, E)
           {"in_proj_bias", xt::concatenate(xt::xtuple(b("query"), b("key"), b("value")), 0)},    // (3E)
-          {"out_proj.weight", require(bert, "output.dense.weight", {E, E})},
-          {"out_proj.bias", require(bert, "output.dense.bias", {E})}};
+          {"out_proj.weight", layout_tensor(bert, "output.dense.weight", {E, E})},
+          {"out_proj.bias", layout_tensor(bert, "output.dense.bias", {E})}};
 }
 
 template <class T>
 StateDict<T> to_bert(const StateDict<T>& torch) {
-  using namespace layouts_detail;
-  const std::size_t E = columns(torch, "in_proj_weight");
-  const auto w = require(torch, "in_proj_weight", {3 * E, E});
-  const auto b = require(torch, "in_proj_bias", {3 * E});
+  using namespace detail;
+  const std::size_t E = layout_columns(torch, "in_proj_weight");
+  const auto w = layout_tensor(torch, "in_proj_weight", {3 * E, E});
+  const auto b = layout_tensor(torch, "in_proj_bias", {3 * E});
   StateDict<T> bert;
   const char* names[] = {"query", "key", "value"};
   for (std::size_t i = 0; i < 3; ++i) {
@@ -140,8 +144,8 @@ StateDict<T> to_bert(const StateDict<T>& torch) {
                  xt::view(w, xt::range(i * E, (i + 1) * E), xt::all()));  // rows [iE, (i+1)E)
     bert.emplace(fmt::format("self.{}.bias", names[i]), xt::view(b, xt::range(i * E, (i + 1) * E)));
   }
-  bert.emplace("output.dense.weight", require(torch, "out_proj.weight", {E, E}));
-  bert.emplace("output.dense.bias", require(torch, "out_proj.bias", {E}));
+  bert.emplace("output.dense.weight", layout_tensor(torch, "out_proj.weight", {E, E}));
+  bert.emplace("output.dense.bias", layout_tensor(torch, "out_proj.bias", {E}));
   return bert;
 }
 
@@ -156,43 +160,45 @@ enum class HeadInterleave {
 // A per-head fused weight (3E, C) or bias (3E) -> PyTorch's [Q; K; V] rows.
 template <class T>
 xt::xarray<T> deinterleave_qkv(const xt::xarray<T>& fused, std::size_t H, HeadInterleave order) {
-  const std::size_t D = layouts_detail::head_dim(fused.shape(0) / 3, H);
+  const std::size_t D = detail::layout_head_dim(fused.shape(0) / 3, H);
   if (order == HeadInterleave::head_qkv_dim)
-    return layouts_detail::permute_rows(fused, {H, 3, D}, {1, 0, 2, 3});  // (H, 3, D, C) -> (3, H, D, C)
-  return layouts_detail::permute_rows(fused, {H, D, 3}, {2, 0, 1, 3});    // (H, D, 3, C) -> (3, H, D, C)
+    return detail::permute_fused_rows(fused, {H, 3, D}, {1, 0, 2, 3});  // (H, 3, D, C) -> (3, H, D, C)
+  return detail::permute_fused_rows(fused, {H, D, 3}, {2, 0, 1, 3});    // (H, D, 3, C) -> (3, H, D, C)
 }
 
 // PyTorch's [Q; K; V] rows (3E, C) or (3E) -> the per-head fused order.
 template <class T>
 xt::xarray<T> interleave_qkv(const xt::xarray<T>& packed, std::size_t H, HeadInterleave order) {
-  const std::size_t D = layouts_detail::head_dim(packed.shape(0) / 3, H);
+  const std::size_t D = detail::layout_head_dim(packed.shape(0) / 3, H);
   if (order == HeadInterleave::head_qkv_dim)
-    return layouts_detail::permute_rows(packed, {3, H, D}, {1, 0, 2, 3});  // (3, H, D, C) -> (H, 3, D, C)
-  return layouts_detail::permute_rows(packed, {3, H, D}, {1, 2, 0, 3});    // (3, H, D, C) -> (H, D, 3, C)
+    return detail::permute_fused_rows(packed, {3, H, D}, {1, 0, 2, 3});  // (3, H, D, C) -> (H, 3, D, C)
+  return detail::permute_fused_rows(packed, {3, H, D}, {1, 2, 0, 3});    // (3, H, D, C) -> (H, D, 3, C)
 }
 
 // query_key_value.weight (3E, E), query_key_value.bias (3E), dense.weight (E, E),
 // dense.bias (E) -> PyTorch's names, the fused rows regrouped from `order`.
 template <class T>
 StateDict<T> from_query_key_value(const StateDict<T>& fused, std::size_t num_heads, HeadInterleave order) {
-  using namespace layouts_detail;
-  const std::size_t E = columns(fused, "query_key_value.weight");
-  head_dim(E, num_heads);
-  return {{"in_proj_weight", deinterleave_qkv(require(fused, "query_key_value.weight", {3 * E, E}), num_heads, order)},
-          {"in_proj_bias", deinterleave_qkv(require(fused, "query_key_value.bias", {3 * E}), num_heads, order)},
-          {"out_proj.weight", require(fused, "dense.weight", {E, E})},
-          {"out_proj.bias", require(fused, "dense.bias", {E})}};
+  using namespace detail;
+  const std::size_t E = layout_columns(fused, "query_key_value.weight");
+  layout_head_dim(E, num_heads);
+  return {{"in_proj_weight",
+           deinterleave_qkv(layout_tensor(fused, "query_key_value.weight", {3 * E, E}), num_heads, order)},
+          {"in_proj_bias", deinterleave_qkv(layout_tensor(fused, "query_key_value.bias", {3 * E}), num_heads, order)},
+          {"out_proj.weight", layout_tensor(fused, "dense.weight", {E, E})},
+          {"out_proj.bias", layout_tensor(fused, "dense.bias", {E})}};
 }
 
 template <class T>
 StateDict<T> to_query_key_value(const StateDict<T>& torch, std::size_t num_heads, HeadInterleave order) {
-  using namespace layouts_detail;
-  const std::size_t E = columns(torch, "in_proj_weight");
-  head_dim(E, num_heads);
-  return {{"query_key_value.weight", interleave_qkv(require(torch, "in_proj_weight", {3 * E, E}), num_heads, order)},
-          {"query_key_value.bias", interleave_qkv(require(torch, "in_proj_bias", {3 * E}), num_heads, order)},
-          {"dense.weight", require(torch, "out_proj.weight", {E, E})},
-          {"dense.bias", require(torch, "out_proj.bias", {E})}};
+  using namespace detail;
+  const std::size_t E = layout_columns(torch, "in_proj_weight");
+  layout_head_dim(E, num_heads);
+  return {
+      {"query_key_value.weight", interleave_qkv(layout_tensor(torch, "in_proj_weight", {3 * E, E}), num_heads, order)},
+      {"query_key_value.bias", interleave_qkv(layout_tensor(torch, "in_proj_bias", {3 * E}), num_heads, order)},
+      {"dense.weight", layout_tensor(torch, "out_proj.weight", {E, E})},
+      {"dense.bias", layout_tensor(torch, "out_proj.bias", {E})}};
 }
 
 template <class T>
@@ -246,41 +252,37 @@ xt::xarray<T> group_kv_heads(const xt::xarray<T>& w, std::size_t H, std::size_t 
   return out;
 }
 
-void check_kv_heads(std::size_t H, std::size_t Hkv) {
-  check(Hkv > 0 && Hkv <= H && H % Hkv == 0, "num_key_value_heads", "must divide num_heads = {}, got {}", H, Hkv);
-}
-
 // q_proj.weight (H*D, E), k_proj.weight, v_proj.weight (Hkv*D, E), o_proj.weight (E, H*D)
 //   -> in_proj_weight = [q_proj; repeat(k_proj); repeat(v_proj)] (3E, E), out_proj = o_proj.
 template <class T>
 StateDict<T> from_llama(const StateDict<T>& llama, std::size_t num_heads, std::size_t num_kv_heads) {
-  using namespace layouts_detail;
-  const std::size_t E = columns(llama, "q_proj.weight"), D = head_dim(E, num_heads);
-  check_kv_heads(num_heads, num_kv_heads);
-  const auto k = require(llama, "k_proj.weight", {num_kv_heads * D, E});
-  const auto v = require(llama, "v_proj.weight", {num_kv_heads * D, E});
-  return {{"in_proj_weight", xt::concatenate(xt::xtuple(require(llama, "q_proj.weight", {E, E}),
+  using namespace detail;
+  const std::size_t E = layout_columns(llama, "q_proj.weight"), D = layout_head_dim(E, num_heads);
+  detail::check_kv_heads(num_heads, num_kv_heads);
+  const auto k = layout_tensor(llama, "k_proj.weight", {num_kv_heads * D, E});
+  const auto v = layout_tensor(llama, "v_proj.weight", {num_kv_heads * D, E});
+  return {{"in_proj_weight", xt::concatenate(xt::xtuple(layout_tensor(llama, "q_proj.weight", {E, E}),
                                                         repeat_kv_heads(k, num_heads, num_kv_heads, D),
                                                         repeat_kv_heads(v, num_heads, num_kv_heads, D)),
                                              0)},  // (3E, E)
-          {"out_proj.weight", require(llama, "o_proj.weight", {E, E})}};
+          {"out_proj.weight", layout_tensor(llama, "o_proj.weight", {E, E})}};
 }
 
 template <class T>
 StateDict<T> to_llama(const StateDict<T>& torch, std::size_t num_heads, std::size_t num_kv_heads) {
-  using namespace layouts_detail;
-  const std::size_t E = columns(torch, "in_proj_weight"), D = head_dim(E, num_heads);
-  check_kv_heads(num_heads, num_kv_heads);
+  using namespace detail;
+  const std::size_t E = layout_columns(torch, "in_proj_weight"), D = layout_head_dim(E, num_heads);
+  detail::check_kv_heads(num_heads, num_kv_heads);
   check(!torch.contains("in_proj_bias") && !torch.contains("out_proj.bias"), "in_proj_bias",
         "Llama's projections have no bias; the module must have bias=False");
-  const auto w = require(torch, "in_proj_weight", {3 * E, E});
+  const auto w = layout_tensor(torch, "in_proj_weight", {3 * E, E});
   const auto rows = [&](std::size_t block) {
     return xt::xarray<T>(xt::view(w, xt::range(block * E, (block + 1) * E), xt::all()));
   };
   return {{"q_proj.weight", rows(0)},
           {"k_proj.weight", group_kv_heads(rows(1), num_heads, num_kv_heads, D, "in_proj_weight rows [E, 2E) (W_k)")},
           {"v_proj.weight", group_kv_heads(rows(2), num_heads, num_kv_heads, D, "in_proj_weight rows [2E, 3E) (W_v)")},
-          {"o_proj.weight", require(torch, "out_proj.weight", {E, E})}};
+          {"o_proj.weight", layout_tensor(torch, "out_proj.weight", {E, E})}};
 }
 
 // ---- ONNX Runtime com.microsoft.Attention: input 1 weights (E, 3E), input 2 bias (3E) --
@@ -290,22 +292,22 @@ StateDict<T> to_llama(const StateDict<T>& torch, std::size_t num_heads, std::siz
 // MatMul, so out_proj.weight and out_proj.bias pass through under PyTorch's names.
 template <class T>
 StateDict<T> from_onnx_attention(const StateDict<T>& onnx) {
-  using namespace layouts_detail;
-  const std::size_t E = extent(onnx, "weight", 0);
-  return {{"in_proj_weight", transposed(require(onnx, "weight", {E, 3 * E}))},  // (E, 3E) -> (3E, E)
-          {"in_proj_bias", require(onnx, "bias", {3 * E})},
-          {"out_proj.weight", require(onnx, "out_proj.weight", {E, E})},
-          {"out_proj.bias", require(onnx, "out_proj.bias", {E})}};
+  using namespace detail;
+  const std::size_t E = layout_extent(onnx, "weight", 0);
+  return {{"in_proj_weight", transposed_copy(layout_tensor(onnx, "weight", {E, 3 * E}))},  // (E, 3E) -> (3E, E)
+          {"in_proj_bias", layout_tensor(onnx, "bias", {3 * E})},
+          {"out_proj.weight", layout_tensor(onnx, "out_proj.weight", {E, E})},
+          {"out_proj.bias", layout_tensor(onnx, "out_proj.bias", {E})}};
 }
 
 template <class T>
 StateDict<T> to_onnx_attention(const StateDict<T>& torch) {
-  using namespace layouts_detail;
-  const std::size_t E = columns(torch, "in_proj_weight");
-  return {{"weight", transposed(require(torch, "in_proj_weight", {3 * E, E}))},  // (3E, E) -> (E, 3E)
-          {"bias", require(torch, "in_proj_bias", {3 * E})},
-          {"out_proj.weight", require(torch, "out_proj.weight", {E, E})},
-          {"out_proj.bias", require(torch, "out_proj.bias", {E})}};
+  using namespace detail;
+  const std::size_t E = layout_columns(torch, "in_proj_weight");
+  return {{"weight", transposed_copy(layout_tensor(torch, "in_proj_weight", {3 * E, E}))},  // (3E, E) -> (E, 3E)
+          {"bias", layout_tensor(torch, "in_proj_bias", {3 * E})},
+          {"out_proj.weight", layout_tensor(torch, "out_proj.weight", {E, E})},
+          {"out_proj.bias", layout_tensor(torch, "out_proj.bias", {E})}};
 }
 
 }  // namespace mha

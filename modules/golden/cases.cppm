@@ -1,0 +1,177 @@
+// mha.golden:cases — golden cases written by PyTorch: case.json and the case's tensors.
+//
+// A case is a folder with case.json and .npy tensors, in the format of
+// golden/FORMAT.md (version 1): the module's options, its parameters under
+// PyTorch's state_dict names, the forward inputs, and what PyTorch returned. This
+// partition finds case folders, reads case.json (every field checked, :case_json) and
+// loads a case's tensors (through mha.io's .npy reader). Running and comparing are in
+// :check.
+module;
+#include "third_party.hpp"
+
+export module mha.golden:cases;
+
+import mha;
+import mha.io;
+import :case_json;
+
+export namespace mha {
+
+// case.json, read and checked.
+struct CaseInfo {
+  std::filesystem::path dir;
+  std::string name;
+  std::string description;
+  std::string dtype;  // "float32" or "float64"
+  Options options;
+  bool need_weights = true, average_attn_weights = true, is_causal = false, training = false;
+  double rtol = 0, atol = 0;
+  bool expect_error = false;
+  bool query_is_key = false, key_is_value = false;  // optional "inputs" field of the generator
+};
+
+}  // namespace mha
+
+namespace mha::detail {
+
+// The "module" object: the arguments of torch.nn.MultiheadAttention(...).
+Options case_module_options(const nlohmann::json& j, const std::string& where) {
+  Options o;
+  o.embed_dim = case_field<std::int64_t>(j, "module", "embed_dim", where);
+  o.num_heads = case_field<std::int64_t>(j, "module", "num_heads", where);
+  o.dropout = case_field<double>(j, "module", "dropout", where);
+  o.bias = case_field<bool>(j, "module", "bias", where);
+  o.add_bias_kv = case_field<bool>(j, "module", "add_bias_kv", where);
+  o.add_zero_attn = case_field<bool>(j, "module", "add_zero_attn", where);
+  o.kdim = case_field<std::int64_t>(j, "module", "kdim", where);
+  o.vdim = case_field<std::int64_t>(j, "module", "vdim", where);
+  o.batch_first = case_field<bool>(j, "module", "batch_first", where);
+  return o;
+}
+
+// The "forward", "tolerance" and optional "inputs" objects, into `c`.
+void read_case_forward(const nlohmann::json& j, const std::string& where, CaseInfo& c) {
+  c.need_weights = case_field<bool>(j, "forward", "need_weights", where);
+  c.average_attn_weights = case_field<bool>(j, "forward", "average_attn_weights", where);
+  c.is_causal = case_field<bool>(j, "forward", "is_causal", where);
+  c.training = case_field<bool>(j, "forward", "training", where);
+  c.rtol = case_field<double>(j, "tolerance", "rtol", where);
+  c.atol = case_field<double>(j, "tolerance", "atol", where);
+  if (!std::isfinite(c.rtol) || !std::isfinite(c.atol) || c.rtol < 0 || c.atol < 0)
+    throw Error(fmt::format("{}: tolerance: expected finite rtol >= 0 and atol >= 0, got rtol={} atol={}", where,
+                            c.rtol, c.atol));
+  if (j.contains("inputs") && j["inputs"].is_object()) {
+    c.query_is_key = j["inputs"].contains("query_is_key") && case_field<bool>(j, "inputs", "query_is_key", where);
+    c.key_is_value = j["inputs"].contains("key_is_value") && case_field<bool>(j, "inputs", "key_is_value", where);
+  }
+}
+
+}  // namespace mha::detail
+
+export namespace mha {
+
+// Parses the text of a case.json; `dir` is the case folder it belongs to (for the
+// case's name and the messages). Throws mha::Error for anything malformed.
+CaseInfo parse_case_info(std::string_view json, const std::filesystem::path& dir) {
+  using detail::case_field;
+  const std::string where = dir.string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: case.json is not valid JSON: {}", where, e.what()));
+  }
+  if (!j.is_object()) throw Error(fmt::format("{}: case.json is not a JSON object", where));
+  CaseInfo c;
+  c.dir = dir;
+  c.name = dir.filename().string();
+  const int format = case_field<int>(j, nullptr, "format", where);
+  if (format != 1)
+    throw Error(fmt::format("{}: unknown case format version {} (this reader knows version 1)", where, format));
+  if (j.contains("description")) c.description = case_field<std::string>(j, nullptr, "description", where);
+  c.dtype = case_field<std::string>(j, nullptr, "dtype", where);
+  if (c.dtype != "float32" && c.dtype != "float64")
+    throw Error(fmt::format("{}: dtype: expected \"float32\" or \"float64\", got \"{}\"", where, c.dtype));
+  c.options = detail::case_module_options(j, where);
+  detail::read_case_forward(j, where, c);
+  c.expect_error = case_field<bool>(j, nullptr, "expect_error", where);
+  return c;
+}
+
+// Reads and parses dir/case.json.
+CaseInfo read_case_info(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "case.json", std::ios::binary);
+  if (!in) throw Error(fmt::format("{}: cannot open case.json", dir.string()));
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_case_info(json, dir);
+}
+
+// A whole case: its options, parameters, inputs and PyTorch's outputs.
+template <class T>
+struct Case {
+  CaseInfo info;
+  StateDict<T> parameters;  // every parameter file of the case, by state_dict name
+  xt::xarray<T> query, key, value;
+  ForwardOptions<T> forward;
+  std::map<std::string, xt::xarray<T>> expected;  // attn_output, attn_output_weights, q, k, v
+};
+
+// A mask file: bool, or floating of the case's dtype; anything else is rejected as
+// PyTorch rejects it.
+template <class T>
+std::optional<Mask<T>> load_mask(const std::filesystem::path& file, const std::string& name) {
+  if (!std::filesystem::exists(file)) return std::nullopt;
+  const NpyArray a = read_npy(file);
+  if (a.descr == "|b1") return Mask<T>(to_xarray<bool>(a, name));
+  if (a.descr == npy_descr<T>()) return Mask<T>(to_xarray<T>(a, name));
+  if (a.descr == "<f4" || a.descr == "<f8" || a.descr == "<f2")
+    throw Error(fmt::format("{}: expected bool or {} (the query's dtype), got {}", name, dtype_name(npy_descr<T>()),
+                            dtype_name(a.descr)));
+  throw Error(
+      fmt::format("{}: only bool and floating types of {} are supported, got {}", name, name, dtype_name(a.descr)));
+}
+
+// The case's tensors, as T: the case's dtype, or an Error.
+template <class T>
+Case<T> load_case(const CaseInfo& info) {
+  check(info.dtype == dtype_name(npy_descr<T>()), "dtype", "case {} is {}, read as {}", info.name, info.dtype,
+        dtype_name(npy_descr<T>()));
+  Case<T> c;
+  c.info = info;
+  const auto& dir = info.dir;
+  for (const auto& name : multihead_attention_keys())
+    if (std::filesystem::exists(dir / (name + ".npy"))) c.parameters.emplace(name, load_npy<T>(dir / (name + ".npy")));
+  c.query = load_npy<T>(dir / "query.npy");
+  c.key = load_npy<T>(dir / "key.npy");
+  c.value = load_npy<T>(dir / "value.npy");
+  c.forward.key_padding_mask = load_mask<T>(dir / "key_padding_mask.npy", "key_padding_mask");
+  c.forward.attn_mask = load_mask<T>(dir / "attn_mask.npy", "attn_mask");
+  c.forward.need_weights = info.need_weights;
+  c.forward.average_attn_weights = info.average_attn_weights;
+  c.forward.is_causal = info.is_causal;
+  for (const char* name : {"attn_output", "attn_output_weights", "q", "k", "v"})
+    if (std::filesystem::exists(dir / (std::string(name) + ".npy")))
+      c.expected.emplace(name, load_npy<T>(dir / (std::string(name) + ".npy")));
+  return c;
+}
+
+// The case folders at or under each path (a folder with case.json is a case), sorted.
+std::vector<std::filesystem::path> find_cases(const std::vector<std::filesystem::path>& roots) {
+  std::vector<std::filesystem::path> cases;
+  for (const auto& root : roots) {
+    if (!std::filesystem::is_directory(root)) throw Error(fmt::format("path: {} is not a folder", root.string()));
+    if (std::filesystem::exists(root / "case.json")) {
+      cases.push_back(root);
+      continue;
+    }
+    std::vector<std::filesystem::path> found;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(root))
+      if (entry.is_directory() && std::filesystem::exists(entry.path() / "case.json")) found.push_back(entry.path());
+    if (found.empty()) throw Error(fmt::format("path: no case folders (with case.json) under {}", root.string()));
+    std::sort(found.begin(), found.end());
+    cases.insert(cases.end(), found.begin(), found.end());
+  }
+  return cases;
+}
+
+}  // namespace mha

@@ -1,0 +1,168 @@
+// mha.golden:check — running a golden case, and comparing with what PyTorch returned.
+//
+// Builds the module a case describes, runs every variant (packed, and separate after
+// splitting), and compares each expected tensor within the case's tolerance
+// |got - expected| <= atol + rtol * |expected|, NaN equal to NaN. It is the engine of the
+// mha-golden tool and of the golden tests; check_case never throws, so that one broken
+// case is one FAIL line.
+module;
+#include "third_party.hpp"
+
+export module mha.golden:check;
+
+import mha;
+import :cases;
+
+export namespace mha {
+
+// The module the case describes, with its parameters loaded (strictly: every name must
+// be one the module has, and every one it has must be there).
+template <class T>
+MultiheadAttention<T> make_module(const Case<T>& c) {
+  Options options = c.info.options;
+  options.separate_projections = !c.parameters.contains("in_proj_weight");
+  MultiheadAttention<T> module(options);
+  module.load_state_dict(c.parameters);
+  module.train(c.info.training);
+  return module;
+}
+
+// Every variant the case can run: packed and separate after splitting, or separate only.
+template <class T>
+std::vector<std::pair<std::string, MultiheadAttention<T>>> variants(const Case<T>& c) {
+  auto module = make_module(c);
+  std::vector<std::pair<std::string, MultiheadAttention<T>>> out;
+  if (module.packed()) out.emplace_back("separate", module.to_separate());
+  out.emplace(out.begin(), module.packed() ? "packed" : "separate", std::move(module));
+  return out;
+}
+
+// forward() on the case's inputs, passing the same object where PyTorch was given one
+// (`query is key is value`, or `key is value`).
+template <class T>
+Output<T> run_forward(MultiheadAttention<T>& module, const Case<T>& c) {
+  if (c.info.query_is_key && c.info.key_is_value) return module.forward(c.query, c.query, c.query, c.forward);
+  if (c.info.key_is_value) return module.forward(c.query, c.key, c.key, c.forward);
+  return module.forward(c.query, c.key, c.value, c.forward);
+}
+
+// in_projection() on the case's inputs, passed as run_forward passes them.
+template <class T>
+QKV<T> run_in_projection(const MultiheadAttention<T>& module, const Case<T>& c) {
+  if (c.info.query_is_key && c.info.key_is_value) return module.in_projection(c.query, c.query, c.query);
+  if (c.info.key_is_value) return module.in_projection(c.query, c.key, c.key);
+  return module.in_projection(c.query, c.key, c.value);
+}
+
+// The result of comparing one tensor with PyTorch's.
+struct Comparison {
+  bool ok = true;
+  double max_abs_err = 0;  // over positions where neither side is NaN
+  std::string mismatch;    // empty when ok: what differs, and where first
+};
+
+// |got - expected| <= atol + rtol * |expected| elementwise, NaN equal to NaN, shapes equal.
+template <class T>
+Comparison compare(const xt::xarray<T>& got, const xt::xarray<T>& expected, double rtol, double atol) {
+  Comparison r;
+  if (!std::equal(got.shape().begin(), got.shape().end(), expected.shape().begin(), expected.shape().end())) {
+    r.ok = false;
+    r.mismatch = fmt::format("shape {} expected {}", shape_string(got.shape()), shape_string(expected.shape()));
+    return r;
+  }
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double g = got.data()[i], e = expected.data()[i];
+    bool close;
+    if (std::isnan(g) || std::isnan(e)) close = std::isnan(g) && std::isnan(e);
+    else if (std::isinf(g) || std::isinf(e)) close = g == e;
+    else {
+      const double err = std::abs(g - e);
+      r.max_abs_err = std::max(r.max_abs_err, err);
+      close = err <= atol + rtol * std::abs(e);
+    }
+    if (!close && r.ok) {
+      r.ok = false;
+      std::vector<std::size_t> index(got.dimension());
+      std::size_t rest = i;
+      for (std::size_t d = got.dimension(); d-- > 0;) index[d] = rest % got.shape(d), rest /= got.shape(d);
+      r.mismatch = fmt::format("first mismatch at index {}: got {} expected {}", shape_string(index), g, e);
+    }
+  }
+  return r;
+}
+
+// One checked case: one line of mha-golden's output.
+struct CaseResult {
+  std::string name;
+  bool passed = false;
+  std::string line;  // "PASS name max_abs_err=..." or "FAIL name ..."
+  double max_abs_err = 0;
+};
+
+template <class T>
+CaseResult check_numeric_case(const Case<T>& c) {
+  CaseResult result{c.info.name, true, "", 0};
+  std::vector<std::string> names;
+  for (auto& [variant, module] : variants(c)) {
+    names.push_back(variant);
+    const auto out = run_forward(module, c);
+    const auto qkv = run_in_projection(module, c);
+    std::vector<std::pair<std::string, const xt::xarray<T>*>> got;
+    xt::xarray<T> q = qkv.q, k = qkv.k, v = qkv.v;
+    got.emplace_back("attn_output", &out.attn_output);
+    if (out.attn_output_weights) got.emplace_back("attn_output_weights", &*out.attn_output_weights);
+    got.emplace_back("q", &q), got.emplace_back("k", &k), got.emplace_back("v", &v);
+    for (const auto& [name, expected] : c.expected) {
+      const auto it = std::find_if(got.begin(), got.end(), [&](const auto& g) { return g.first == name; });
+      if (it == got.end()) {
+        result.passed = false;
+        result.line = fmt::format("FAIL {} tensor={} ({}) was not returned (need_weights={})", c.info.name, name,
+                                  variant, c.info.need_weights);
+        return result;
+      }
+      const auto cmp = compare(*it->second, expected, c.info.rtol, c.info.atol);
+      result.max_abs_err = std::max(result.max_abs_err, cmp.max_abs_err);
+      if (!cmp.ok) {
+        result.passed = false;
+        result.line = fmt::format("FAIL {} tensor={} ({}) max_abs_err={:.3g} {}", c.info.name, name, variant,
+                                  cmp.max_abs_err, cmp.mismatch);
+        return result;
+      }
+    }
+    if (!c.info.need_weights && out.attn_output_weights) {
+      result.passed = false;
+      result.line =
+          fmt::format("FAIL {} ({}) returned attention weights with need_weights=false", c.info.name, variant);
+      return result;
+    }
+  }
+  result.line = fmt::format("PASS {} max_abs_err={:.3g} ({})", c.info.name, result.max_abs_err, fmt::join(names, ", "));
+  return result;
+}
+
+template <class T>
+CaseResult check_case_as(const CaseInfo& info) {
+  if (!info.expect_error) return check_numeric_case(load_case<T>(info));
+  try {
+    const auto c = load_case<T>(info);
+    for (auto& [variant, module] : variants(c)) run_forward(module, c);
+  } catch (const Error& e) {
+    return {info.name, true, fmt::format("PASS {} rejected: {}", info.name, e.what()), 0};
+  }
+  return {info.name, false, fmt::format("FAIL {} expected an error (expect_error), but none was raised", info.name), 0};
+}
+
+// Checks one case folder. Never throws: a malformed case is a FAIL with the reason.
+CaseResult check_case(const std::filesystem::path& dir) {
+  const std::string name = dir.filename().string();
+  try {
+    const CaseInfo info = read_case_info(dir);
+    return info.dtype == "float32" ? check_case_as<float>(info) : check_case_as<double>(info);
+  } catch (const Error& e) {
+    return {name, false, fmt::format("FAIL {} {}", name, e.what()), 0};
+  } catch (const std::exception& e) {
+    return {name, false, fmt::format("FAIL {} unexpected error (not mha::Error): {}", name, e.what()), 0};
+  }
+}
+
+}  // namespace mha
