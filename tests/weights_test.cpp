@@ -203,9 +203,8 @@ TEST_CASE("shape mismatch: a layer whose weights PyTorch would not load is rejec
   CHECK_THAT(error_of([&] { mha::load_attention_layer(dict, "", 3); }), Catch::Contains("embed_dim"));
 }
 
-TEST_CASE("corrupt and truncated files are errors that name the defect, never an out-of-bounds read",
-          "[safetensors][errors]") {
-  TempDir tmp("weights-corrupt");
+TEST_CASE("truncated files are errors that name the defect, never an out-of-bounds read", "[safetensors][errors]") {
+  TempDir tmp("weights-truncated");
   const auto& dir = tmp.path;
   const auto read = [](const fs::path& p) { return error_of([&] { mha::read_safetensors(p); }); };
 
@@ -228,6 +227,17 @@ TEST_CASE("corrupt and truncated files are errors that name the defect, never an
     std::ofstream(dir / "cut.safetensors", std::ios::binary) << bytes;
     CHECK_THAT(read(dir / "cut.safetensors"), Catch::Contains("go beyond the data section"));
   }
+  SECTION("a missing file") {
+    CHECK_THAT(read(dir / "absent.safetensors"),
+               Catch::Contains("absent.safetensors") && Catch::Contains("cannot open"));
+  }
+}
+
+TEST_CASE("corrupt headers are errors that name the tensor and the defect", "[safetensors][errors]") {
+  TempDir tmp("weights-corrupt");
+  const auto& dir = tmp.path;
+  const auto read = [](const fs::path& p) { return error_of([&] { mha::read_safetensors(p); }); };
+
   SECTION("data_offsets out of range") {
     const auto p = write_header(dir, "range.safetensors", {{"w", entry("F32", {4, 4}, 0, 64)}}, 16);
     CHECK_THAT(read(p), Catch::Contains("'w'") && Catch::Contains("[0, 64] go beyond the data section (16 bytes)"));
@@ -260,6 +270,13 @@ TEST_CASE("corrupt and truncated files are errors that name the defect, never an
     CHECK_THAT(read(write_header(dir, "negative.safetensors", negative, 4)),
                Catch::Contains("data_offsets") && Catch::Contains("non-negative integer, got -4"));
   }
+}
+
+TEST_CASE("a header that is not the JSON of safetensors is an error that says what is wrong", "[safetensors][errors]") {
+  TempDir tmp("weights-json");
+  const auto& dir = tmp.path;
+  const auto read = [](const fs::path& p) { return error_of([&] { mha::read_safetensors(p); }); };
+
   SECTION("an unknown dtype, and a header that is not JSON") {
     const auto p = write_header(dir, "dtype.safetensors", {{"w", entry("F8", {2}, 0, 2)}}, 2);
     CHECK_THAT(read(p), Catch::Contains("'w'") && Catch::Contains("unknown dtype 'F8'"));
@@ -273,10 +290,6 @@ TEST_CASE("corrupt and truncated files are errors that name the defect, never an
     nlohmann::json metadata = {{"__metadata__", {{"epoch", 3}}}};
     CHECK_THAT(read(write_header(dir, "meta.safetensors", metadata, 0)),
                Catch::Contains("__metadata__ 'epoch' must be a string"));
-  }
-  SECTION("a missing file") {
-    CHECK_THAT(read(dir / "absent.safetensors"),
-               Catch::Contains("absent.safetensors") && Catch::Contains("cannot open"));
   }
 }
 
