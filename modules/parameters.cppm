@@ -85,11 +85,19 @@ struct Parameters {
     if (name == "q_proj_weight") return separate.w_q;
     if (name == "k_proj_weight") return separate.w_k;
     if (name == "v_proj_weight") return separate.w_v;
-    if (name == "in_proj_bias") return *in_proj_bias;
-    if (name == "bias_k") return *bias_k;
-    if (name == "bias_v") return *bias_v;
+    if (name == "in_proj_bias") return present(in_proj_bias, name);
+    if (name == "bias_k") return present(bias_k, name);
+    if (name == "bias_v") return present(bias_v, name);
     if (name == "out_proj.weight") return out_proj_weight;
-    return *out_proj_bias;
+    return present(out_proj_bias, name);
+  }
+
+  // An optional parameter that this module has: bias=True gives the biases, add_bias_kv=True
+  // bias_k and bias_v, and set() cannot take them away.
+  template <class Tensor>
+  static const Tensor& present(const std::optional<Tensor>& parameter, std::string_view name) {
+    if (!parameter) throw Error(fmt::format("{}: no such parameter in this module", name));
+    return *parameter;
   }
 
   // Sets `name` to `value`, whose shape must be the parameter's. Nothing is reshaped or cast.

@@ -39,7 +39,8 @@ Output<T> reference_forward(const Options& options, const Parameters<T>& params,
 
   // 4) bias_k, bias_v: one more key and value position, the masks padded to match
   if (options.add_bias_kv) {
-    k = append_bias(k, *params.bias_k), v = append_bias(v, *params.bias_v);  // (S+1, N, E)
+    k = append_bias(k, Parameters<T>::present(params.bias_k, "bias_k"));  // (S+1, N, E)
+    v = append_bias(v, Parameters<T>::present(params.bias_v, "bias_v"));
     masks.pad_for_extra_key();
   }
 
