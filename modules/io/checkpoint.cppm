@@ -38,21 +38,39 @@ struct Checkpoint {
   }
 };
 
+}  // namespace mha
+
+namespace mha::detail {
+
+// The dtype and shape of every tensor of a .safetensors header.
+std::map<std::string, CheckpointTensor> safetensors_tensors(const Safetensors& file) {
+  std::map<std::string, CheckpointTensor> tensors;
+  for (const auto& [name, entry] : file.tensors)
+    tensors.emplace(name, CheckpointTensor{std::string(dtype_of_safetensors(entry.dtype)->name), entry.shape});
+  return tensors;
+}
+
+// The dtype and shape of every .npy file of a folder, by key.
+std::map<std::string, CheckpointTensor> npy_folder_tensors(const std::filesystem::path& folder) {
+  std::map<std::string, CheckpointTensor> tensors;
+  for (const auto& [key, header] : npy_folder_headers(folder, ""))
+    tensors.emplace(key, CheckpointTensor{dtype_name(header.descr), header.shape});
+  return tensors;
+}
+
+}  // namespace mha::detail
+
+export namespace mha {
+
 // Opens a .safetensors file, or a folder of .npy files, by its headers; every header is
 // checked as the readers check it. Throws mha::Error for anything malformed.
+// (The tensors are listed by helpers: clang-tidy 16's optional-access check crashes on a
+// loop over a header that is then moved into Checkpoint::safetensors in one function.)
 Checkpoint open_checkpoint(const std::filesystem::path& path) {
-  Checkpoint c;
-  c.path = path;
-  if (std::filesystem::is_directory(path)) {
-    for (const auto& [key, header] : detail::npy_folder_headers(path, ""))
-      c.tensors.emplace(key, CheckpointTensor{dtype_name(header.descr), header.shape});
-    return c;
-  }
-  c.safetensors = read_safetensors(path);
-  for (const auto& [name, entry] : c.safetensors->tensors)
-    c.tensors.emplace(name,
-                      CheckpointTensor{std::string(detail::dtype_of_safetensors(entry.dtype)->name), entry.shape});
-  return c;
+  if (std::filesystem::is_directory(path)) return {path, detail::npy_folder_tensors(path), std::nullopt};
+  Safetensors file = read_safetensors(path);
+  auto tensors = detail::safetensors_tensors(file);
+  return {path, std::move(tensors), std::move(file)};
 }
 
 // The tensor `name` as T, read from the file when asked for: from its offset in a

@@ -149,6 +149,7 @@ void check_weight_dtype(std::string_view dtype, std::string_view wanted, std::st
 // The floating-point tensors whose names start with `prefix`, for load_safetensors.
 std::vector<std::string> safetensors_weight_names(const Safetensors& st, std::string_view prefix) {
   std::vector<NamedDtype> tensors;
+  tensors.reserve(st.tensors.size());
   for (const auto& [name, entry] : st.tensors)
     tensors.push_back({name, std::string(dtype_of_safetensors(entry.dtype)->name)});
   return weight_names(tensors, prefix, "tensor", st.path.string());
