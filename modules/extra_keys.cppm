@@ -25,10 +25,11 @@ void extend_keys_into(const T* x, std::size_t row_stride, std::size_t batch_stri
                       std::size_t E, const T* bias, std::size_t zero_keys, T* y) {
   for (std::size_t j = 0; j < S; ++j)
     for (std::size_t n = 0; n < N; ++n) std::copy_n(x + j * row_stride + n * batch_stride, E, y + (j * N + n) * E);
-  std::size_t next = S;
-  if (bias != nullptr)
+  std::size_t next = S;  // the first position after the keys copied so far
+  if (bias != nullptr) {
     for (std::size_t n = 0; n < N; ++n) std::copy_n(bias, E, y + (next * N + n) * E);
-  if (bias != nullptr) ++next;
+    ++next;
+  }
   std::fill_n(y + next * N * E, zero_keys * N * E, T(0));
 }
 

@@ -62,21 +62,27 @@ TEST_CASE("parse_case_info reads a real case.json unchanged", "[golden][errors]"
 }
 
 TEST_CASE("parse_case_info rejects fields of the wrong kind with mha::Error", "[golden][errors]") {
-  // Fuzzer findings: an escaping nlohmann type_error, and float-to-integer overflow (UB).
-  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("description", "5"), "c"),
-                  Contains("description") && Contains("expected a string"));
-  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("inputs.query_is_key", "3"), "c"),
-                  Contains("inputs.query_is_key") && Contains("expected true or false"));
-  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("module.embed_dim", "1e300"), "c"),
-                  Contains("module.embed_dim") && Contains("expected an integer"));
-  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("format", "1e20"), "c"),
-                  Contains("format") && Contains("expected an integer"));
-  // Nothing silently changed: 8.5 is not read as 8, 2^64 - 1 not as -1.
-  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("module.embed_dim", "8.5"), "c"),
-                  Contains("module.embed_dim") && Contains("8.5"));
-  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("module.kdim", "18446744073709551615"), "c"),
-                  Contains("module.kdim") && Contains("18446744073709551615"));
-  CHECK_MHA_ERROR(mha::parse_case_info(case_json_with("tolerance.rtol", "-1e-5"), "c"),
-                  Contains("tolerance") && Contains("rtol=-1e-05"));
+  // Fuzzer findings: an escaping nlohmann type_error, and float-to-integer overflow (UB);
+  // and nothing silently changed: 8.5 is not read as 8, 2^64 - 1 not as -1.
+  struct Rejected {
+    const char* field;
+    const char* json_value;
+    const char* says;  // besides the field's name
+  };
+  const Rejected rejected[] = {
+      {"description", "5", "expected a string"},
+      {"inputs.query_is_key", "3", "expected true or false"},
+      {"module.embed_dim", "1e300", "expected an integer"},
+      {"format", "1e20", "expected an integer"},
+      {"module.embed_dim", "8.5", "8.5"},
+      {"module.kdim", "18446744073709551615", "18446744073709551615"},
+      {"tolerance.rtol", "-1e-5", "rtol=-1e-05"},
+  };
+  for (const auto& r : rejected) {
+    INFO(r.field << " = " << r.json_value);
+    const std::string name = std::string(r.field).starts_with("tolerance") ? "tolerance" : r.field;
+    CHECK_MHA_ERROR(mha::parse_case_info(case_json_with(r.field, r.json_value), "c"),
+                    Contains(name) && Contains(r.says));
+  }
   CHECK_MHA_ERROR(mha::parse_case_info("{\"format\": 1,", "c"), Contains("not valid JSON"));
 }
