@@ -184,7 +184,13 @@ std::optional<xt::xarray<T>> attend(const FastCall<T>& c, const AttentionProblem
     fast_attention(pb, static_cast<T*>(nullptr));
     return std::nullopt;
   }
-  if (opts.average_attn_weights) {
+  if (opts.average_attn_weights && pb.dropout_p == 0) {
+    // the mean over heads formed as the heads go, (N, L, S'), never the (N*H, L, S') weights
+    auto mean = xt::xarray<T>::from_shape(weights_shape(pb.N, pb.H, pb.L, pb.S, /*average=*/true, c.g.batched));
+    fast_attention_averaged(pb, mean.data());
+    return mean;
+  }
+  if (opts.average_attn_weights) {                     // with dropout: head by head, drawing in the reference's order
     T* weights = c.ws.get(pb.N * pb.H * pb.L * pb.S);  // (N*H, L, S')
     fast_attention(pb, weights);
     return output_weights(weights, pb.N, pb.H, pb.L, pb.S, /*average=*/true, c.g.batched);

@@ -102,12 +102,20 @@ template <class T>
   return sum;
 }
 
-// Mask add and softmax of one row of scores, numerically stable, in place. A row whose
-// every score is -inf gives NaN, as torch.softmax: max = -inf and -inf - (-inf) = NaN.
+// Mask add and exp of one row of scores, in place, without the division: row[j] =
+// exp(row[j] + mask[j] - max), returning the row's sum, by which the caller divides where
+// it is cheapest (masked_softmax_row divides the row; :fast_attention the row of P . v).
+// A row whose every score is -inf gives NaN, as torch.softmax: -inf - (-inf) = NaN.
+template <class T>
+[[gnu::always_inline]] inline T masked_exp_row(T* row, std::size_t n, const T* attn, const T* padding) {
+  const T max = add_masks_and_max(row, n, attn, padding);
+  return exp_and_sum(row, n, max);
+}
+
+// Mask add and softmax of one row of scores, numerically stable, in place.
 template <class T>
 [[gnu::always_inline]] inline void masked_softmax_row(T* row, std::size_t n, const T* attn, const T* padding) {
-  const T max = add_masks_and_max(row, n, attn, padding);
-  const T sum = exp_and_sum(row, n, max);
+  const T sum = masked_exp_row(row, n, attn, padding);
   // One division a row, then S multiplications: x * (1/sum) differs from x / sum by at most
   // a rounding of 1/sum.
   const T inverse = T(1) / sum;
