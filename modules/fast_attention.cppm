@@ -43,6 +43,17 @@ struct SoftmaxRows {
   }
 };
 
+// The same, each row of weights also added to the same row of `total`, (rows, S).
+struct SoftmaxRowsAddedTo {
+  template <class T>
+  [[gnu::always_inline]] static void run(T* scores, std::size_t first, std::size_t rows, std::size_t S,
+                                         const AdditiveMasks<T>& masks, std::size_t b, std::size_t n, T* total) {
+    const T* padding = masks.padding_row(n);
+    for (std::size_t i = 0; i < rows; ++i)
+      masked_softmax_row_added_to(scores + i * S, S, masks.attn_row(b, first + i), padding, total + i * S);
+  }
+};
+
 // The same without the division: each row exponentiated, its sum in sums[i].
 struct ExpRows {
   template <class T>
@@ -86,14 +97,17 @@ T* block_weighted_values(const AttentionProblem<T>& pb, std::size_t n, std::size
 }
 
 // One block of query rows of batch-head b with its weights: scores, mask + softmax,
-// dropout, P . v. The weights are left in `scores` (rows, S).
+// dropout, P . v. The weights are left in `scores` (rows, S) and, without dropout, also
+// added to `total` (rows, S) if one is given.
 template <class T>
-void attend_block(const AttentionProblem<T>& pb, std::size_t b, std::size_t first, std::size_t rows, T* scores) {
+void attend_block(const AttentionProblem<T>& pb, std::size_t b, std::size_t first, std::size_t rows, T* scores,
+                  T* total = nullptr) {
   const std::size_t n = b / pb.H, h = b % pb.H;
   // 1) scores = q_h . k_h^T
   block_scores(pb, n, h, first, rows, scores);
   // 2) mask + softmax per row, 3) dropout (training only), row by row as the reference draws
-  run_for_this_cpu<SoftmaxRows>(scores, first, rows, pb.S, pb.masks, b, n);
+  if (total) run_for_this_cpu<SoftmaxRowsAddedTo>(scores, first, rows, pb.S, pb.masks, b, n, total);
+  else run_for_this_cpu<SoftmaxRows>(scores, first, rows, pb.S, pb.masks, b, n);
   if (pb.dropout_p > 0)
     for (std::size_t i = 0; i < rows; ++i) dropout_row(scores + i * pb.S, pb.S, pb.dropout_p, *pb.generator);
   // 4) output_h = P . v_h
@@ -159,12 +173,12 @@ inline std::size_t sequence_blocks(std::size_t N, std::size_t L, int threads) {
   return blocks;
 }
 
-// need_weights with average_attn_weights, without dropout: the weights' mean over heads,
-// (N, L, S), written straight into `mean`, the (N*H, L, S) weights of every head never
-// formed. The work is cut by query rows instead of by heads: a worker takes a block of
-// rows of one sequence through every head in turn and adds each head's weights to those
-// rows of the mean, then divides them by H. That is output_weights' sum, in its head
-// order, and its division: the same mean to the last bit.
+// need_weights with average_attn_weights, and no dropout (whose draws go head by head):
+// the weights' mean over heads, (N, L, S), written straight into `mean`, the (N*H, L, S)
+// weights of every head never formed. The work is cut by query rows instead of by heads:
+// a worker takes a block of rows of one sequence through every head in turn, the softmax
+// adding each head's weights to those rows of the mean, then divides them by H. That is
+// output_weights' sum, in its head order, and its division: the same mean to the last bit.
 template <class T>
 void fast_attention_averaged(const AttentionProblem<T>& pb, T* mean) {
   const std::size_t H = pb.H, L = pb.L, S = pb.S, block = rows_per_block<T>(L, S);
@@ -180,11 +194,7 @@ void fast_attention_averaged(const AttentionProblem<T>& pb, T* mean) {
     T* scores = scratch[worker].data();  // (rows, S)
     for (std::size_t first = begin; first < end; first += block) {
       const std::size_t rows = std::min(block, end - first);
-      for (std::size_t h = 0; h < H; ++h) {
-        attend_block(pb, n * H + h, first, rows, scores);
-        T* sum = m + first * S;
-        for (std::size_t x = 0; x < rows * S; ++x) sum[x] += scores[x];
-      }
+      for (std::size_t h = 0; h < H; ++h) attend_block(pb, n * H + h, first, rows, scores, m + first * S);
     }
     for (std::size_t x = begin * S; x < end * S; ++x) m[x] /= static_cast<T>(H);
   });

@@ -123,6 +123,20 @@ template <class T>
   for (std::size_t j = 0; j < n; ++j) row[j] *= inverse;
 }
 
+// masked_softmax_row, each weight also added to total[j]: the running sum over heads of
+// the weights averaged over heads (:fast_attention), in the pass that writes them.
+template <class T>
+[[gnu::always_inline]] inline void masked_softmax_row_added_to(T* row, std::size_t n, const T* attn, const T* padding,
+                                                               T* total) {
+  const T sum = masked_exp_row(row, n, attn, padding);
+  const T inverse = T(1) / sum;
+#pragma clang loop vectorize(enable) interleave_count(1)
+  for (std::size_t j = 0; j < n; ++j) {
+    row[j] *= inverse;
+    total[j] += row[j];
+  }
+}
+
 // Dropout on one row of weights, drawing in the reference's order (row by row), with
 // the reference's keep scale (dropout_scale in :attention).
 template <class T>
