@@ -27,6 +27,7 @@
 // namespace mha::detail, none of it exported (:engine is an interface partition only so
 // that MultiheadAttention, which holds an Engine, can be copied outside the module):
 //   :engine              the fast forward: buffers, W^T, the fewest GEMMs, steps 3 to 10
+//   :engine_backward     the fast backward: GEMMs over strided heads, from a saved forward
 //   :fast_attention      every batch-head as two GEMMs and one softmax pass
 //   :flash_attention     tiles and an online softmax, the weights never formed
 //   :softmax_kernels     the softmax row kernels and the SIMD level they run at
@@ -53,3 +54,4 @@ export import :multihead_attention;
 // The engine exports no name; it is re-exported because every interface partition must be,
 // and because MultiheadAttention, which holds one, needs its definition reachable.
 export import :engine;
+export import :engine_backward;

@@ -33,6 +33,7 @@ import :masks;
 import :reference_forward;
 import :reference_backward;
 import :engine;
+import :engine_backward;
 
 export namespace mha {
 
@@ -197,7 +198,8 @@ public:
   // autograd computes them. Each gradient has the shape of what it belongs to, inputs in
   // the caller's layout; an input given as one object for several arguments gets one
   // gradient, the sum over its uses (PyTorch's x.grad). The record must come from this
-  // module with its parameters unchanged since.
+  // module with its parameters unchanged since. AttentionPath::reference runs
+  // :reference_backward, every other path the GEMMs of :engine_backward.
   Gradients<T> backward(const ForwardRecord<T>& record, const xt::xarray<T>& grad_attn_output,
                         const std::optional<xt::xarray<T>>& grad_attn_output_weights = {}) const {
     const auto& s = record.saved_;
@@ -218,7 +220,9 @@ public:
             "grad_attn_output_weights", "expected shape {} (attn_output_weights'), got {}",
             shape_string(s.weights_shape), shape_string(grad_attn_output_weights->shape()));
     }
-    return detail::reference_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights);
+    if (attention_path_ == AttentionPath::reference)
+      return detail::reference_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights);
+    return detail::fast_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights);
   }
 
 private:

@@ -12,7 +12,8 @@
 // the implementations, not agreement with PyTorch: the goldens do that.
 //
 // The second test holds backward() to central finite differences of the forward on the
-// same random trials: every gradient, of every input object and every parameter.
+// same random trials: every gradient, of every input object and every parameter; and the
+// fast backward (:engine_backward, the default) to the reference at 1e-10.
 //
 // Reproducible: trial i uses seed MHA_DIFF_SEED + i (default base 20240601). A failure
 // prints the seed and every option of the trial.
@@ -400,7 +401,9 @@ std::string finite_difference(xt::xarray<T>& x, const xt::xarray<T>& analytic, F
 
 }  // namespace
 
-TEST_CASE("backward() agrees with central finite differences on random options, float64", "[differential][backward]") {
+TEST_CASE(
+    "backward() agrees with central finite differences on random options, float64, and the fast with the reference",
+    "[differential][backward]") {
   const std::uint64_t base = env_or("MHA_DIFF_SEED", default_seed);
   int checked = 0, with_dropout = 0, with_weights = 0, skipped = 0;
   for (int i = 0; i < 400 && checked < 60; ++i) {
@@ -451,6 +454,22 @@ TEST_CASE("backward() agrees with central finite differences on random options, 
         failures.emplace_back(name, d);
     }
     CHECK(grads.parameters.size() == module.parameter_names().size());
+
+    // The fast backward (GEMMs, the default) and the reference (loops) agree at 1e-10.
+    mha::MultiheadAttention<T> reference = module;
+    reference.set_attention_path(mha::AttentionPath::reference);
+    const auto slow = reference.backward(record, g_out, g_w);
+    auto agree = [&](const std::string& name, const std::optional<xt::xarray<T>>& a,
+                     const std::optional<xt::xarray<T>>& b) {
+      if (a.has_value() != b.has_value())
+        return failures.emplace_back(name, "fast and reference differ in presence"), void();
+      if (a)
+        if (auto d = difference(*a, *b); !d.empty()) failures.emplace_back(name, "fast vs reference: " + d);
+    };
+    agree("query", grads.query, slow.query), agree("key", grads.key, slow.key);
+    agree("value", grads.value, slow.value);
+    for (const auto& [name, g] : grads.parameters)
+      agree(name, g, slow.parameters.contains(name) ? std::optional(slow.parameters.at(name)) : std::nullopt);
     for (const auto& [name, what] : failures)
       FAIL_CHECK("gradient of " << name << ": " << what << "\n  " << t.describe());
     ++checked, with_dropout += opts.dropout_mask.has_value(), with_weights += g_w.has_value();

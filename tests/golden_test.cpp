@@ -108,6 +108,28 @@ TEST_CASE("every format-2 golden case's gradients match PyTorch's, packed and se
   REQUIRE(format_2 >= 20);
 }
 
+TEST_CASE("format-2 gradients match PyTorch's through the reference and the fast backward", "[golden][backward]") {
+  // check_case runs the default (fast) backward; here each path is named and run.
+  for (const auto& dir : mha_test::all_cases()) {
+    const auto info = mha::read_case_info(dir);
+    if (info.format != 2) continue;
+    auto check_as = [&]<class T>(T) {
+      const auto c = mha::load_case<T>(info);
+      for (auto& [variant, module] : mha::variants(c))
+        for (const auto path : {AttentionPath::reference, AttentionPath::fast}) {
+          module.set_attention_path(path);
+          double max_abs_err = 0;
+          const std::string reason = mha::check_gradients(module, c, max_abs_err);
+          INFO(info.name << " (" << variant << ", " << (path == AttentionPath::fast ? "fast" : "reference")
+                         << "): " << reason);
+          CHECK(reason.empty());
+        }
+    };
+    if (info.dtype == "float64") check_as(double{});
+    else check_as(float{});
+  }
+}
+
 TEST_CASE("a format-2 case with one gradient changed fails, naming it", "[golden][backward]") {
   // The check above can fail: grad.bias_k of a copy moved by a relative 1e-3 is reported.
   mha_test::TempDir tmp("golden-backward");
