@@ -2,7 +2,8 @@
 """Generate the golden cases: what real torch.nn.MultiheadAttention computes.
 
 Every case is a folder `<case-name>/` holding `case.json` and `.npy` tensors, in the
-format of golden/FORMAT.md (version 1). The expected numbers come from a real
+format of golden/FORMAT.md: version 1 (the forward), or version 2 for the `backward_*`
+cases (the forward, and PyTorch's autograd gradients of it; golden/generator/backward.py). The expected numbers come from a real
 `torch.nn.MultiheadAttention` (PyTorch 1.13, Debian's python3-torch) in eval mode, run
 on its slow path, `torch.nn.functional.multi_head_attention_forward`: the same math as
 the C++ code, step by step. `q.npy`, `k.npy`, `v.npy` come from PyTorch's own
@@ -34,9 +35,11 @@ golden/generator/layouts.py and golden/generator/weights.py. Only cases/ holds g
 --check compares every file, in one of two ways (see golden/generator/check.py). What the
 generator draws or copies -- case.json, parameters, inputs, masks, the JSON and
 safetensors files -- must match byte for byte. What PyTorch computes with floating-point
-kernels -- attn_output, attn_output_weights, q, k, v -- must match in dtype and shape
-exactly and in value within a few ULPs of the tensor's largest magnitude: those kernels
-(OpenBLAS's GEMMs, ATen's vectorised loops) round differently on different CPUs.
+kernels -- attn_output, attn_output_weights, q, k, v, the gradients grad.* -- must match
+in dtype and shape exactly and in value within a few ULPs of the tensor's largest
+magnitude: those kernels (OpenBLAS's GEMMs, ATen's vectorised loops) round differently on
+different CPUs. (The bound was measured on forward tensors; the gradients, computed by
+the same kinds of kernels, are held to it too.)
 
 Seeds are fixed and derived from each case's name, so adding a case changes no other.
 """

@@ -83,15 +83,34 @@ T dropout_scale(double p) {
   return p == 1.0 ? T(0) : T(1.0 / (1.0 - p));
 }
 
+// Which weights dropout keeps, drawn as dropout() draws them: entry by entry in memory
+// order, each dropped with probability p. True = kept. (B, L, S)
+xt::xtensor<bool, 3> draw_dropout_mask(std::array<std::size_t, 3> shape, double p, Generator& generator) {
+  check(p >= 0.0 && p <= 1.0, "dropout", "dropout probability has to be between 0 and 1, but got {}", p);
+  xt::xtensor<bool, 3> keep(shape);
+  for (auto& k : keep) k = !generator.bernoulli(p);
+  return keep;
+}
+
+// Dropout with a given mask (True = kept): kept weights are multiplied by
+// dropout_scale(p), dropped ones by 0, as PyTorch's x * (mask / (1 - p)). A mask drawn
+// once and applied again replays the same dropout: what a backward pass needs.
+template <class T>
+void apply_dropout_mask(xt::xtensor<T, 3>& weights, double p, const xt::xtensor<bool, 3>& keep) {
+  check(keep.shape() == weights.shape(), "dropout_mask", "expected shape {}, got {}", shape_string(weights.shape()),
+        shape_string(keep.shape()));
+  const T scale = dropout_scale<T>(p);
+  // Multiplied by 0, not set to 0, as PyTorch's dropout does: a dropped NaN stays NaN.
+  for (std::size_t i = 0; i < weights.size(); ++i) weights.data()[i] *= keep.data()[i] ? scale : T(0);
+}
+
 // Dropout on the attention weights: each weight is zeroed with probability p and the
 // survivors are multiplied by dropout_scale(p).
 template <class T>
 void dropout(xt::xtensor<T, 3>& weights, double p, Generator& generator) {
   check(p >= 0.0 && p <= 1.0, "dropout", "dropout probability has to be between 0 and 1, but got {}", p);
   if (p == 0.0) return;
-  const T scale = dropout_scale<T>(p);
-  // Multiplied by 0 or 1 / (1 - p), as PyTorch's dropout does: a dropped NaN stays NaN.
-  for (auto& w : weights) w *= generator.bernoulli(p) ? T(0) : scale;
+  apply_dropout_mask(weights, p, draw_dropout_mask(weights.shape(), p, generator));
 }
 
 // What q is multiplied by before q . k^T: sqrt(1/D), as PyTorch 2.x writes it
@@ -104,16 +123,19 @@ T attention_scale(std::size_t D) {
 
 template <class T>
 struct Attention {
-  xt::xtensor<T, 3> output;   // (B, L, D)
-  xt::xtensor<T, 3> weights;  // (B, L, S)
+  xt::xtensor<T, 3> output;         // (B, L, D)
+  xt::xtensor<T, 3> weights;        // (B, L, S), after dropout: what forward returns
+  xt::xtensor<T, 3> probabilities;  // (B, L, S), the softmax before dropout: what backward needs
 };
 
 // softmax(q / sqrt(D) . k^T + mask) . v for every batch-head b.
 // q (B, L, D), k (B, S, D), v (B, S, D), mask (1 or B, L, S), additive -> Attention
+// dropout_mask (B, L, S), True = kept, replays a dropout drawn before (see
+// draw_dropout_mask); without one, no dropout. dropout_p gives the scale of the kept weights.
 template <class T>
 Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
                                           const xt::xtensor<T, 3>& v, const std::optional<xt::xtensor<T, 3>>& mask,
-                                          double dropout_p, Generator& generator) {
+                                          double dropout_p, const std::optional<xt::xtensor<bool, 3>>& dropout_mask) {
   const std::size_t B = q.shape(0), L = q.shape(1), D = q.shape(2), S = k.shape(1);
   check(k.shape(0) == B && k.shape(2) == D, "key", "expected shape {}, got {}", shape_string({B, S, D}),
         shape_string(k.shape()));
@@ -141,9 +163,10 @@ Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::
         weights(b, i, j) = mask ? (*mask)(mask->shape(0) == 1 ? 0 : b, i, j) + dot : dot;
       }
 
-  // 3) softmax over the keys, 4) dropout (training only; p = 0 otherwise)
+  // 3) softmax over the keys, 4) dropout (training only), with the mask given
   softmax_last_dim(weights);
-  dropout(weights, dropout_p, generator);
+  xt::xtensor<T, 3> probabilities = weights;
+  if (dropout_mask) apply_dropout_mask(weights, dropout_p, *dropout_mask);
 
   // 5) output = weights . v: (B, L, S) x (B, S, Dv) -> (B, L, Dv)
   xt::xtensor<T, 3> output({B, L, Dv});
@@ -154,7 +177,19 @@ Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::
         for (std::size_t j = 0; j < S; ++j) sum += weights(b, i, j) * v(b, j, d);
         output(b, i, d) = sum;
       }
-  return {std::move(output), std::move(weights)};
+  return {std::move(output), std::move(weights), std::move(probabilities)};
+}
+
+// The same, dropout drawn from `generator` with probability dropout_p (none when 0).
+template <class T>
+Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
+                                          const xt::xtensor<T, 3>& v, const std::optional<xt::xtensor<T, 3>>& mask,
+                                          double dropout_p, Generator& generator) {
+  check(dropout_p >= 0.0 && dropout_p <= 1.0, "dropout", "dropout probability has to be between 0 and 1, but got {}",
+        dropout_p);
+  std::optional<xt::xtensor<bool, 3>> keep;
+  if (dropout_p > 0.0) keep = draw_dropout_mask({q.shape(0), q.shape(1), k.shape(1)}, dropout_p, generator);
+  return scaled_dot_product_attention(q, k, v, mask, dropout_p, keep);
 }
 
 }  // namespace mha

@@ -14,7 +14,10 @@
 //   :inputs              the inputs' shapes and layouts (step 1), the caller's layout (step 10)
 //   :parameters          the parameters by state_dict name, and their initialisation
 //   :reference_forward   multi_head_attention_forward, steps 3 to 10, one tensor per step
-//   :multihead_attention the module: parameters, train/eval, a forward that picks a path
+//   :gradients           the backward of each step: linear, softmax, dropout, heads, ...
+//   :reference_backward  the gradients of a forward, steps 10 to 1 in reverse
+//   :multihead_attention the module: parameters, train/eval, a forward that picks a path,
+//                        backward
 // The machine underneath:
 //   :cpu                 what this CPU runs: SSE2, AVX, AVX2 + FMA, AVX-512
 //   :blas                which OpenBLAS kernel runs the GEMMs: the best this CPU runs
@@ -24,6 +27,7 @@
 // namespace mha::detail, none of it exported (:engine is an interface partition only so
 // that MultiheadAttention, which holds an Engine, can be copied outside the module):
 //   :engine              the fast forward: buffers, W^T, the fewest GEMMs, steps 3 to 10
+//   :engine_backward     the fast backward: GEMMs over strided heads, from a saved forward
 //   :fast_attention      every batch-head as two GEMMs and one softmax pass
 //   :flash_attention     tiles and an online softmax, the weights never formed
 //   :softmax_kernels     the softmax row kernels and the SIMD level they run at
@@ -44,7 +48,10 @@ export import :options;
 export import :inputs;
 export import :parameters;
 export import :reference_forward;
+export import :gradients;
+export import :reference_backward;
 export import :multihead_attention;
 // The engine exports no name; it is re-exported because every interface partition must be,
 // and because MultiheadAttention, which holds one, needs its definition reachable.
 export import :engine;
+export import :engine_backward;

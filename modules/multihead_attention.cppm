@@ -5,6 +5,8 @@
 // the shapes (step 1, :inputs), prepares the masks (step 2, :masks) and hands steps 3 to
 // 10 to the path chosen: the readable reference (:reference_forward), numbered as
 // torch/nn/functional.py's multi_head_attention_forward, or the fast engine (:engine).
+// backward() gives the gradients of a forward run by forward_for_backward()
+// (:reference_backward), as PyTorch's autograd computes them.
 //
 // Two variants, as in PyTorch:
 //   packed    in_proj_weight (3E, E) = [W_q; W_k; W_v], used when kdim == vdim == E;
@@ -29,9 +31,32 @@ import :in_projection;
 import :inputs;
 import :masks;
 import :reference_forward;
+import :reference_backward;
 import :engine;
+import :engine_backward;
 
 export namespace mha {
+
+template <class T>
+class MultiheadAttention;
+
+// What backward() needs from one forward: made by MultiheadAttention::forward_for_backward,
+// read by its backward(), opaque to everyone else (so it always holds a forward's tensors
+// as that forward made them). It names the weights it was made with: backward() refuses
+// a record of another module, or of parameters since changed.
+template <class T>
+class ForwardRecord {
+public:
+  bool need_weights() const { return saved_.need_weights; }
+  // (N*H, L, S'), True = kept: the dropout this forward applied; none without dropout.
+  const std::optional<xt::xtensor<bool, 3>>& dropout_mask() const { return saved_.dropout_mask; }
+
+private:
+  friend class MultiheadAttention<T>;
+  ForwardRecord() = default;
+  std::uint64_t weights_version_ = 0;
+  detail::SavedForward<T> saved_;
+};
 
 template <class T>
 class MultiheadAttention {
@@ -149,30 +174,102 @@ public:
   // key and value for self-attention (Python's `query is key is value`).
   Output<T> forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
                     const ForwardOptions<T>& opts = {}) {
+    return run_forward(query, key, value, opts, /*saved=*/nullptr);
+  }
+
+  // ---- backward ----------------------------------------------------------------------
+
+  // forward(), and what backward() needs from it: the output, and a record of the inputs
+  // and intermediates that the gradients are taken at (what PyTorch's autograd saves).
+  // Always runs the reference path, whose every intermediate is a tensor. In training with
+  // dropout, the record holds the dropout mask drawn (or opts.dropout_mask, replayed).
+  std::pair<Output<T>, ForwardRecord<T>> forward_for_backward(const xt::xarray<T>& query, const xt::xarray<T>& key,
+                                                              const xt::xarray<T>& value,
+                                                              const ForwardOptions<T>& opts = {}) {
+    ForwardRecord<T> record;
+    Output<T> out = run_forward(query, key, value, opts, &record.saved_);
+    record.weights_version_ = params_.version;
+    return {std::move(out), std::move(record)};
+  }
+
+  // The gradients of loss = sum(attn_output * grad_attn_output)
+  //                         [+ sum(attn_output_weights * grad_attn_output_weights)]
+  // with respect to the inputs of the forward recorded and to every parameter, as PyTorch's
+  // autograd computes them. Each gradient has the shape of what it belongs to, inputs in
+  // the caller's layout; an input given as one object for several arguments gets one
+  // gradient, the sum over its uses (PyTorch's x.grad). The record must come from this
+  // module with its parameters unchanged since. AttentionPath::reference runs
+  // :reference_backward, every other path the GEMMs of :engine_backward.
+  Gradients<T> backward(const ForwardRecord<T>& record, const xt::xarray<T>& grad_attn_output,
+                        const std::optional<xt::xarray<T>>& grad_attn_output_weights = {}) const {
+    const auto& s = record.saved_;
+    check(record.weights_version_ == params_.version, "record",
+          "expected a record of a forward of this module with its current parameters (weights version {}), got one "
+          "of weights version {}: another module's, or made before the parameters changed",
+          params_.version, record.weights_version_);
+    check(std::equal(s.output_shape.begin(), s.output_shape.end(), grad_attn_output.shape().begin(),
+                     grad_attn_output.shape().end()),
+          "grad_attn_output", "expected shape {} (attn_output's), got {}", shape_string(s.output_shape),
+          shape_string(grad_attn_output.shape()));
+    if (grad_attn_output_weights) {
+      check(s.need_weights, "grad_attn_output_weights",
+            "expected none: the forward ran with need_weights=false and returned no weights, got shape {}",
+            shape_string(grad_attn_output_weights->shape()));
+      check(std::equal(s.weights_shape.begin(), s.weights_shape.end(), grad_attn_output_weights->shape().begin(),
+                       grad_attn_output_weights->shape().end()),
+            "grad_attn_output_weights", "expected shape {} (attn_output_weights'), got {}",
+            shape_string(s.weights_shape), shape_string(grad_attn_output_weights->shape()));
+    }
+    if (attention_path_ == AttentionPath::reference)
+      return detail::reference_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights);
+    return detail::fast_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights);
+  }
+
+private:
+  // forward() and forward_for_backward(): steps 1 and 2 here, 3 to 10 by the path chosen.
+  // With `saved`, the reference path runs and keeps what backward() needs.
+  Output<T> run_forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                        const ForwardOptions<T>& opts, detail::SavedForward<T>* saved) {
     // Training-mode dropout draws from the module's one generator: calls that draw take
     // turns, each drawing as one call alone would. Without dropout, calls share nothing.
     const double dropout_p = training_ ? options_.dropout : 0.0;
     std::unique_lock<std::mutex> drawing;
-    if (dropout_p > 0) drawing = std::unique_lock<std::mutex>(dropout_mutex_.mutex);
+    if (dropout_p > 0 && !opts.dropout_mask) drawing = std::unique_lock<std::mutex>(dropout_mutex_.mutex);
 
     // 1) the shapes: batched or not, the sequence-first sizes, which inputs are the same object
     const detail::Geometry g = detail::geometry(query, key, value, opts, options_);
+    const std::size_t S_total = g.S + options_.add_bias_kv + options_.add_zero_attn;  // S'
+    check_dropout_mask(opts.dropout_mask, dropout_p, g.N * num_heads(), g.L, S_total);
 
     // 2) the masks as float masks: bool True -> -inf (_canonical_mask), shapes checked
     PreparedMasks<T> masks = prepare_masks(opts.attn_mask, opts.key_padding_mask, opts.is_causal, opts.need_weights,
                                            g.batched, g.L, g.N, g.S, num_heads());
 
-    // 3)-10) the attention itself, by the path chosen
-    const std::size_t S_total = g.S + options_.add_bias_kv + options_.add_zero_attn;  // S'
-    const AttentionPath path = resolved_attention_path(opts.need_weights, g.L, S_total);
-    if (path == AttentionPath::reference)
+    // 3)-10) the attention itself, by the path chosen. A dropout mask to replay, or a
+    // record to keep, takes the reference path: the engine draws its own dropout inside
+    // its kernels and keeps no intermediates.
+    const AttentionPath path =
+        saved ? AttentionPath::reference : resolved_attention_path(opts.need_weights, g.L, S_total);
+    if (path == AttentionPath::reference || opts.dropout_mask)
       return detail::reference_forward(options_, params_, query, key, value, g, std::move(masks), opts, dropout_p,
-                                       dropout_generator_);
+                                       dropout_generator_, saved);
     return engine_.forward(options_, params_, query, key, value, g, std::move(masks), opts, path, dropout_p,
                            dropout_generator_);
   }
 
-private:
+  // A dropout mask replays a dropout: only where one is drawn (training, dropout > 0),
+  // of the weights' shape (N*H, L, S').
+  void check_dropout_mask(const std::optional<xt::xtensor<bool, 3>>& mask, double dropout_p, std::size_t B,
+                          std::size_t L, std::size_t S_total) const {
+    if (!mask) return;
+    check(dropout_p > 0, "dropout_mask",
+          "expected none: this forward applies no dropout (training={}, dropout={}), so there is nothing to replay; "
+          "got a mask of shape {}",
+          training_, options_.dropout, shape_string(mask->shape()));
+    check(mask->shape(0) == B && mask->shape(1) == L && mask->shape(2) == S_total, "dropout_mask",
+          "expected shape {} (N*H, L, S'), got {}", shape_string({B, L, S_total}), shape_string(mask->shape()));
+  }
+
   static const Options& validated(const Options& options) {
     detail::validate(options);
     return options;

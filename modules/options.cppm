@@ -39,6 +39,10 @@ struct ForwardOptions {
   std::optional<Mask<T>> attn_mask;  // (L, S) or (N*H, L, S); unbatched (L, S) or (H, L, S)
   bool average_attn_weights = true;
   bool is_causal = false;  // a hint that attn_mask is the causal mask; needs attn_mask
+  // Replays a dropout instead of drawing one: (N*H, L, S'), True = kept, S' = S + add_bias_kv
+  // + add_zero_attn. Only in training with dropout > 0 (an error otherwise: there would be
+  // nothing to replay); kept weights are scaled by 1 / (1 - p), as PyTorch's dropout does.
+  std::optional<xt::xtensor<bool, 3>> dropout_mask;
 };
 
 // What forward returns: attn_output, and attn_output_weights when need_weights.

@@ -23,19 +23,43 @@ import :in_projection;
 
 namespace mha::detail {
 
-// Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2).
+// What the backward pass needs from one forward (MultiheadAttention::forward_for_backward):
+// the inputs as multi_head_attention_forward saw them, and the tensors each gradient is
+// taken at, as PyTorch's autograd saves them. B = N*H.
+template <class T>
+struct SavedForward {
+  bool batched = true, batch_first = false;  // the caller's layout
+  Aliasing aliasing = Aliasing::none;        // the in-projection's branch (one, two or three GEMMs)
+  // Which inputs were one object: their gradients are summed into it, as in PyTorch's x.grad.
+  bool query_is_key = false, key_is_value = false, query_is_value = false;
+  std::size_t L = 0, S = 0, N = 0;
+  bool need_weights = true, average_attn_weights = true;
+  std::vector<std::size_t> output_shape, weights_shape;  // attn_output's, attn_output_weights'
+  xt::xtensor<T, 3> query, key, value;                   // (L, N, E), (S, N, Ek), (S, N, Ev)
+  xt::xtensor<T, 3> qh, kh, vh;                          // (B, L, D), (B, S', D), (B, S', D)
+  xt::xtensor<T, 3> probabilities;                       // (B, L, S'): the softmax
+  xt::xtensor<T, 3> weights;                             // (B, L, S'): after dropout
+  std::optional<xt::xtensor<bool, 3>> dropout_mask;      // (B, L, S'), True = kept; none without dropout
+  double dropout_p = 0;
+  xt::xtensor<T, 3> merged;  // (L, N, E): the heads side by side, out_proj's input
+};
+
+// Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2). Dropout
+// (dropout_p > 0, training) replays opts.dropout_mask when there is one, else draws from
+// `generator`. With `saved`, what the backward pass needs is kept there.
 template <class T>
 Output<T> reference_forward(const Options& options, const Parameters<T>& params, const xt::xarray<T>& query,
                             const xt::xarray<T>& key, const xt::xarray<T>& value, const Geometry& g,
                             PreparedMasks<T> masks, const ForwardOptions<T>& opts, double dropout_p,
-                            Generator& generator) {
+                            Generator& generator, SavedForward<T>* saved = nullptr) {
   const std::size_t H = static_cast<std::size_t>(options.num_heads), L = g.L, N = g.N;
   const bool batch_first = options.batch_first && g.batched;
 
   // 3) in-projection: the packed (3E, E) weight, or three separate ones
-  auto [q, k, v] =
-      params.in_projection(to_seq_first_batched(query, batch_first), to_seq_first_batched(key, batch_first),
-                           to_seq_first_batched(value, batch_first), g.aliasing);  // (L, N, E), (S, N, E) x2
+  auto query_in = to_seq_first_batched(query, batch_first);                       // (L, N, E)
+  auto key_in = to_seq_first_batched(key, batch_first);                           // (S, N, Ek)
+  auto value_in = to_seq_first_batched(value, batch_first);                       // (S, N, Ev)
+  auto [q, k, v] = params.in_projection(query_in, key_in, value_in, g.aliasing);  // (L, N, E), (S, N, E) x2
 
   // 4) bias_k, bias_v: one more key and value position, the masks padded to match
   if (options.add_bias_kv) {
@@ -61,11 +85,15 @@ Output<T> reference_forward(const Options& options, const Parameters<T>& params,
   if (masks.causal_hint) mask = causal_attn_mask<T>(L, S_total);           // (1, L, S')
   else mask = merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or N*H, L, S')
 
-  // 8) attention per head: softmax(q k^T / sqrt(D) + mask) v, dropout in training only
-  auto attention = scaled_dot_product_attention(qh, kh, vh, mask, dropout_p, generator);
+  // 8) attention per head: softmax(q k^T / sqrt(D) + mask) v, dropout in training only,
+  //    replayed from the mask given or drawn now
+  std::optional<xt::xtensor<bool, 3>> keep = opts.dropout_mask;
+  if (dropout_p > 0 && !keep) keep = draw_dropout_mask({qh.shape(0), L, S_total}, dropout_p, generator);
+  auto attention = scaled_dot_product_attention(qh, kh, vh, mask, dropout_p, keep);
 
   // 9) heads side by side again, then out_proj: (N*H, L, D) -> (L, N, E)
-  auto attn_output = linear(merge_heads(attention.output, H), params.out_proj_weight, params.out_proj_bias);
+  auto merged = merge_heads(attention.output, H);                                   // (L, N, E)
+  auto attn_output = linear(merged, params.out_proj_weight, params.out_proj_bias);  // (L, N, E)
 
   // 10) back to the caller's layout; the weights per head or averaged over heads
   Output<T> out;
@@ -73,6 +101,33 @@ Output<T> reference_forward(const Options& options, const Parameters<T>& params,
   if (opts.need_weights)
     out.attn_output_weights =
         output_weights(attention.weights.data(), N, H, L, S_total, opts.average_attn_weights, g.batched);
+
+  if (saved) {
+    *saved = {g.batched,
+              batch_first,
+              g.aliasing,
+              &query == &key,
+              &key == &value,
+              &query == &value,
+              L,
+              g.S,
+              N,
+              opts.need_weights,
+              opts.average_attn_weights,
+              {out.attn_output.shape().begin(), out.attn_output.shape().end()},
+              weights_shape(N, H, L, S_total, opts.average_attn_weights, g.batched),
+              std::move(query_in),
+              std::move(key_in),
+              std::move(value_in),
+              std::move(qh),
+              std::move(kh),
+              std::move(vh),
+              std::move(attention.probabilities),
+              std::move(attention.weights),
+              std::move(keep),
+              dropout_p,
+              std::move(merged)};
+  }
   return out;
 }
 

@@ -11,6 +11,10 @@
 // packed variant at 1e-10, with NaN in the same places. This proves agreement between
 // the implementations, not agreement with PyTorch: the goldens do that.
 //
+// The second test holds backward() to central finite differences of the forward on the
+// same random trials: every gradient, of every input object and every parameter; and the
+// fast backward (:engine_backward, the default) to the reference at 1e-10.
+//
 // Reproducible: trial i uses seed MHA_DIFF_SEED + i (default base 20240601). A failure
 // prints the seed and every option of the trial.
 //   MHA_DIFF_SEED=123 MHA_DIFF_TRIALS=5000 ./differential_test
@@ -336,4 +340,153 @@ TEST_CASE("every path and variant agree on random options, shapes and masks", "[
   CHECK(compared >= 4 * trials);
   CHECK(with_nan > 0);
   CHECK(rejected == 0);  // every trial is a valid call
+}
+
+namespace {
+
+// ---- backward() against finite differences --------------------------------------------
+
+// The loss of golden/FORMAT.md: sum(attn_output * g_out) [+ sum(attn_output_weights * g_w)].
+T loss(const mha::Output<T>& out, const xt::xarray<T>& g_out, const std::optional<xt::xarray<T>>& g_w) {
+  T sum = xt::sum(out.attn_output * g_out)();
+  if (g_w) sum += xt::sum(*out.attn_output_weights * *g_w)();
+  return sum;
+}
+
+// The trial's forward with the inputs given, passed as the trial passes them (one object
+// for self-attention, key as value for encoder-decoder).
+mha::Output<T> forward_of(const Trial& t, mha::MultiheadAttention<T>& m, const xt::xarray<T>& q, const xt::xarray<T>& k,
+                          const xt::xarray<T>& v, const mha::ForwardOptions<T>& opts) {
+  if (t.inputs == Inputs::self) return m.forward(q, q, q, opts);
+  if (t.inputs == Inputs::enc_dec) return m.forward(q, k, k, opts);
+  return m.forward(q, k, v, opts);
+}
+
+// forward_for_backward on the trial's own inputs.
+std::pair<mha::Output<T>, mha::ForwardRecord<T>> forward_of_record(const Trial& t, mha::MultiheadAttention<T>& m) {
+  if (t.inputs == Inputs::self) return m.forward_for_backward(t.query, t.query, t.query, t.forward);
+  if (t.inputs == Inputs::enc_dec) return m.forward_for_backward(t.query, t.key, t.key, t.forward);
+  return m.forward_for_backward(t.query, t.key, t.value, t.forward);
+}
+
+// Central differences (f(x + h) - f(x - h)) / 2h of the loss in every entry of `x`, which
+// `forward` reads; "" when each is within fd_tolerance of `analytic`, else where not.
+// h = 1e-5: the truncation error, about h^2 times the third derivative, is near 1e-10
+// here (inputs, parameters and upstream gradients of order 1), and the rounding error,
+// about 1e-16 |loss| / h, near 1e-10 too; 1e-6 leaves a factor of 1e4 above both, and
+// a gradient off by any factor, a missing term or a transposed block is off by far more.
+constexpr T fd_step = 1e-5, fd_tolerance = 1e-6;
+
+template <class F>
+std::string finite_difference(xt::xarray<T>& x, const xt::xarray<T>& analytic, F&& loss_of) {
+  if (!std::equal(x.shape().begin(), x.shape().end(), analytic.shape().begin(), analytic.shape().end()))
+    return "shape " + mha::shape_string(analytic.shape()) + ", expected " + mha::shape_string(x.shape());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const T saved = x.data()[i];
+    x.data()[i] = saved + fd_step;
+    const T up = loss_of();
+    x.data()[i] = saved - fd_step;
+    const T down = loss_of();
+    x.data()[i] = saved;
+    const T numeric = (up - down) / (2 * fd_step), exact = analytic.data()[i];
+    if (!(std::abs(numeric - exact) <= fd_tolerance * (1 + std::abs(exact)))) {
+      std::ostringstream s;
+      s.precision(12);
+      s << "flat index " << i << ": backward " << exact << ", finite difference " << numeric;
+      return s.str();
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "backward() agrees with central finite differences on random options, float64, and the fast with the reference",
+    "[differential][backward]") {
+  const std::uint64_t base = env_or("MHA_DIFF_SEED", default_seed);
+  int checked = 0, with_dropout = 0, with_weights = 0, skipped = 0;
+  for (int i = 0; i < 400 && checked < 60; ++i) {
+    Trial t = make_trial(base + static_cast<std::uint64_t>(i));
+    mha::MultiheadAttention<T> module(t.options);
+    module.load_state_dict(t.parameters);
+    module.train(t.training);
+    module.dropout_generator().seed(t.seed);
+    auto [out, record] = forward_of_record(t, module);
+    // A NaN (a fully masked row) has no finite difference; an empty sequence or batch no entries.
+    if (!xt::all(xt::isfinite(out.attn_output)) || out.attn_output.size() == 0 ||
+        (out.attn_output_weights && !xt::all(xt::isfinite(*out.attn_output_weights)))) {
+      // Still a valid call: both backward paths run on it (empty tensors, NaN rows) and agree.
+      const xt::xarray<T> g_out = xt::ones<T>(mha_test::shape_of(out.attn_output));
+      mha::MultiheadAttention<T> reference = module;
+      reference.set_attention_path(mha::AttentionPath::reference);
+      const auto fast = module.backward(record, g_out), slow = reference.backward(record, g_out);
+      CHECK(fast.parameters.size() == slow.parameters.size());
+      for (const auto& [name, g] : fast.parameters) {
+        const std::string d = difference(g, slow.parameters.at(name));
+        if (!d.empty()) FAIL_CHECK("gradient of " << name << ", fast vs reference: " << d << "\n  " << t.describe());
+      }
+      ++skipped;
+      continue;
+    }
+    // The same dropout in every perturbed forward: the one the recorded forward drew.
+    mha::ForwardOptions<T> opts = t.forward;
+    opts.dropout_mask = record.dropout_mask();
+    Draw draw(t.seed + 1);
+    const xt::xarray<T> g_out = random_tensor(draw, mha_test::shape_of(out.attn_output));
+    std::optional<xt::xarray<T>> g_w;
+    if (out.attn_output_weights) g_w = random_tensor(draw, mha_test::shape_of(*out.attn_output_weights));
+    const auto grads = module.backward(record, g_out, g_w);
+
+    // Inputs: one per object, perturbed where every use reads it.
+    xt::xarray<T> q = t.query, k = t.key, v = t.value;
+    auto loss_now = [&] { return loss(forward_of(t, module, q, k, v, opts), g_out, g_w); };
+    std::vector<std::pair<std::string, std::string>> failures;
+    auto check_input = [&](const char* name, xt::xarray<T>& x, const std::optional<xt::xarray<T>>& g) {
+      if (!g) return failures.emplace_back(name, "no gradient returned"), void();
+      if (auto d = finite_difference(x, *g, loss_now); !d.empty()) failures.emplace_back(name, d);
+    };
+    check_input("query", q, grads.query);
+    if (t.inputs != Inputs::self) check_input("key", k, grads.key);
+    if (t.inputs == Inputs::cross) check_input("value", v, grads.value);
+    CHECK((t.inputs == Inputs::self ? !grads.key && !grads.value : t.inputs == Inputs::enc_dec ? !grads.value : true));
+
+    // Parameters: each entry of each, set through set_parameter as a user would.
+    for (const auto& name : module.parameter_names()) {
+      xt::xarray<T> p = t.parameters.at(name);
+      auto loss_with = [&] {
+        mha::MultiheadAttention<T> m = module;
+        m.set_parameter(name, p);
+        return loss(forward_of(t, m, t.query, t.key, t.value, opts), g_out, g_w);
+      };
+      if (!grads.parameters.contains(name)) failures.emplace_back(name, "no gradient returned");
+      else if (auto d = finite_difference(p, grads.parameters.at(name), loss_with); !d.empty())
+        failures.emplace_back(name, d);
+    }
+    CHECK(grads.parameters.size() == module.parameter_names().size());
+
+    // The fast backward (GEMMs, the default) and the reference (loops) agree at 1e-10.
+    mha::MultiheadAttention<T> reference = module;
+    reference.set_attention_path(mha::AttentionPath::reference);
+    const auto slow = reference.backward(record, g_out, g_w);
+    auto agree = [&](const std::string& name, const std::optional<xt::xarray<T>>& a,
+                     const std::optional<xt::xarray<T>>& b) {
+      if (a.has_value() != b.has_value())
+        return failures.emplace_back(name, "fast and reference differ in presence"), void();
+      if (a)
+        if (auto d = difference(*a, *b); !d.empty()) failures.emplace_back(name, "fast vs reference: " + d);
+    };
+    agree("query", grads.query, slow.query), agree("key", grads.key, slow.key);
+    agree("value", grads.value, slow.value);
+    for (const auto& [name, g] : grads.parameters)
+      agree(name, g, slow.parameters.contains(name) ? std::optional(slow.parameters.at(name)) : std::nullopt);
+    for (const auto& [name, what] : failures)
+      FAIL_CHECK("gradient of " << name << ": " << what << "\n  " << t.describe());
+    ++checked, with_dropout += opts.dropout_mask.has_value(), with_weights += g_w.has_value();
+  }
+  INFO("checked " << checked << ", with dropout " << with_dropout << ", with weights in the loss " << with_weights
+                  << ", skipped (NaN or empty) " << skipped);
+  CHECK(checked == 60);
+  CHECK(with_dropout > 0);
+  CHECK(with_weights > 0);
 }

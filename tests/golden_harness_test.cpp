@@ -29,9 +29,9 @@ TEST_CASE("a malformed golden case is a FAIL with its reason and never a crash",
     std::ofstream(dir / "case.json") << json;
     return mha::check_case(dir);
   };
-  auto r = check_with_json("{\"format\": 2}");
+  auto r = check_with_json("{\"format\": 3}");
   CHECK_FALSE(r.passed);
-  CHECK_THAT(r.line, Contains("FAIL") && Contains("unknown case format version 2"));
+  CHECK_THAT(r.line, Contains("FAIL") && Contains("unknown case format version 3"));
   r = check_with_json("{\"format\": 1, \"dtype\": \"float32\"}");
   CHECK_FALSE(r.passed);
   CHECK_THAT(r.line, Contains("no 'module' object"));
@@ -49,6 +49,13 @@ TEST_CASE("a malformed golden case is a FAIL with its reason and never a crash",
   r = check_with_json(std::string((std::istreambuf_iterator<char>(good)), std::istreambuf_iterator<char>()));
   CHECK_FALSE(r.passed);
   CHECK_THAT(r.line, Contains("cannot open file"));
+  // The same case.json as version 2, without the backward object that version 2 requires.
+  std::ifstream v1(mha_test::golden_cases() / "self_seqfirst_f32" / "case.json");
+  std::string json((std::istreambuf_iterator<char>(v1)), std::istreambuf_iterator<char>());
+  json.replace(json.find("\"format\": 1"), 11, "\"format\": 2");
+  r = check_with_json(json);
+  CHECK_FALSE(r.passed);
+  CHECK_THAT(r.line, Contains("format 2 but no 'backward' object"));
   std::filesystem::remove_all(dir);
 }
 

@@ -1,10 +1,11 @@
 """The golden generator behind golden/generate.py, one idea per module:
 
     cases.py          the case tables: Case, Rejection, Extreme; CASES, REJECTIONS,
-                      EXTREME_CASES
+                      EXTREME_CASES, BACKWARD_CASES
     draws.py          random draws that are the same under every CPU kernel; seeds
     case_tensors.py   a case's module, inputs and masks, drawn from its seed
     runner.py         running PyTorch: slow path only, its own q, k, v, and the checks
+    backward.py       the backward cases: PyTorch's dropout mask and gradients
     files.py          .npy and JSON files, and the folders that hold them
     writers.py        case folders: numeric, rejection and extreme-value cases
     layouts.py        golden/layouts/: other models' weight layouts

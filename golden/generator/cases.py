@@ -20,6 +20,18 @@ TOLERANCE = {
     torch.float64: {"rtol": 1e-7, "atol": 1e-7},
 }
 
+# The gradients' tolerance. float32: rtol 1e-5, atol 1e-5, wider than the forward's 1.3e-6,
+# because a gradient is a sum over every position, head and batch entry of products that
+# partly cancel (dL/dW sums over L*N rows, dL/dK over L queries), and an implementation
+# that sums them in another order (loops against PyTorch's GEMMs) moves the result by
+# several float32 roundings of the summands' size, not of the result's. backward.py checks
+# that PyTorch's own float32 gradients use at most PYTORCH_SHARE_OF_TOLERANCE of it
+# against its float64 gradients, as runner.py does for the forward. float64: the dtype's.
+BACKWARD_TOLERANCE = {
+    torch.float32: {"rtol": 1e-5, "atol": 1e-5},
+    torch.float64: {"rtol": 1e-7, "atol": 1e-7},
+}
+
 # The layouts a forward call accepts, and the three ways to relate query, key and value.
 SEQ_FIRST, BATCH_FIRST, UNBATCHED = "seq_first", "batch_first", "unbatched"
 SELF, ENC_DEC, CROSS = "self", "enc_dec", "cross"
@@ -68,6 +80,9 @@ class Case:
                                       # the dtype's
     worked_example: bool = False      # parameters and input written out by hand
                                       # (case_tensors.WORKED_EXAMPLE), not drawn
+    training: bool = False            # train mode: dropout on (its mask recorded)
+    backward: bool = False            # a format-2 case: gradients too (backward.py)
+    grad_weights: bool = False        # the loss has the weights term (grad_attn_output_weights)
 
     def __post_init__(self):
         assert self.layout in (SEQ_FIRST, BATCH_FIRST, UNBATCHED), self.name
@@ -82,6 +97,10 @@ class Case:
             assert self.N == 1, f"{self.name}: unbatched means N == 1"
         if self.fully_masked_row:
             assert self.attn_mask in ("bool_2d", "float_2d"), self.name
+        if self.training or self.grad_weights:
+            assert self.backward, f"{self.name}: training and grad_weights are for backward cases"
+        if self.grad_weights:
+            assert self.need_weights, self.name
 
     @property
     def tolerance(self) -> dict:
@@ -119,8 +138,18 @@ class Case:
             "need_weights": self.need_weights,
             "average_attn_weights": self.average_attn_weights,
             "is_causal": self.is_causal,
-            "training": False,
+            "training": self.training,
         }
+
+    @property
+    def format(self) -> int:
+        """The version of golden/FORMAT.md the case is written in: 2 with gradients."""
+        return 2 if self.backward else 1
+
+    @property
+    def backward_tolerance(self) -> dict:
+        """rtol and atol of the gradients (case.json's backward.tolerance)."""
+        return BACKWARD_TOLERANCE[self.dtype]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -594,3 +623,101 @@ EXTREME_CASES = [
              "value", (2, 1, 3), 1e30, L=3, S=4, N=2, inputs=CROSS, rtol=5e-5),
 ]
 
+
+
+# --------------------------------------------------------------------------------------
+# The backward pass (format 2): gradients of every input and parameter
+# --------------------------------------------------------------------------------------
+#
+# Each is an ordinary Case with backward=True: written with grad_attn_output (and, with
+# grad_weights, grad_attn_output_weights), and PyTorch's gradients of
+# loss = sum(attn_output * grad_attn_output) [+ sum(attn_output_weights * grad_attn_output_weights)].
+# Small sizes, so that the folder and the test time barely grow.
+
+def _backward(name: str, description: str, **kwargs) -> Case:
+    return Case(name, description, backward=True, **kwargs)
+
+
+BACKWARD_CASES = [
+    _backward("backward_self_seqfirst_f32",
+              "Gradients of self-attention (one object: its gradient is the sum of its three uses; "
+              "the packed in-projection's one-GEMM branch), seq-first, averaged weights with their "
+              "own upstream gradient.",
+              L=4, S=4, N=2, grad_weights=True),
+    _backward("backward_self_seqfirst_f64",
+              "Gradients of self-attention, seq-first, float64, weights not in the loss.",
+              dtype=F64, L=3, S=3, N=2),
+    _backward("backward_self_unbatched_f32",
+              "Gradients of unbatched self-attention: PyTorch unsqueezes the one object three times, "
+              "so the in-projection runs three GEMMs, yet x.grad still sums the three uses.",
+              L=4, S=4, N=1, layout=UNBATCHED, grad_weights=True),
+    _backward("backward_encdec_batchfirst_f32",
+              "Gradients of encoder-decoder attention (key is value: the two-GEMM branch, one "
+              "gradient for key and value) with batch_first, per-head weights in the loss.",
+              L=3, S=5, N=2, inputs=ENC_DEC, layout=BATCH_FIRST, average_attn_weights=False,
+              grad_weights=True),
+    _backward("backward_cross_unbatched_f64",
+              "Gradients of cross attention (three objects, three gradients) on unbatched input, "
+              "need_weights=False.",
+              dtype=F64, L=3, S=4, N=1, inputs=CROSS, layout=UNBATCHED, need_weights=False),
+    _backward("backward_bool_mask_2d_key_padding_mask_f32",
+              "Gradients through a bool (L, S) attn_mask and a key_padding_mask: masked scores get "
+              "no gradient.",
+              L=4, S=5, N=2, inputs=CROSS, attn_mask="bool_2d", key_padding_mask=True,
+              grad_weights=True),
+    _backward("backward_bool_mask_3d_f32",
+              "Gradients through a bool (N*H, L, S) attn_mask, batch_first.",
+              L=3, S=4, N=2, inputs=CROSS, layout=BATCH_FIRST, attn_mask="bool_3d"),
+    _backward("backward_float_mask_2d_f64",
+              "Gradients through a float (L, S) attn_mask with -inf entries, float64.",
+              dtype=F64, L=4, S=4, N=2, attn_mask="float_2d", grad_weights=True),
+    _backward("backward_float_mask_3d_key_padding_mask_f64",
+              "Gradients through a float (N*H, L, S) attn_mask and a key_padding_mask, key is value.",
+              dtype=F64, L=3, S=5, N=2, inputs=ENC_DEC, attn_mask="float_3d", key_padding_mask=True),
+    _backward("backward_is_causal_f32",
+              "Gradients with the is_causal hint and the causal mask, need_weights=False.",
+              L=4, S=4, N=2, attn_mask="causal", need_weights=False),
+    _backward("backward_add_bias_kv_f32",
+              "Gradients of bias_k and bias_v (add_bias_kv): the appended position's gradient "
+              "summed over the batch.",
+              L=3, S=4, N=2, inputs=CROSS, add_bias_kv=True, grad_weights=True),
+    _backward("backward_add_zero_attn_f32",
+              "Gradients with add_zero_attn: the zero key and value take none.",
+              L=3, S=4, N=2, inputs=ENC_DEC, add_zero_attn=True, average_attn_weights=False,
+              grad_weights=True),
+    _backward("backward_add_bias_kv_add_zero_attn_masks_f64",
+              "Gradients with bias_k, bias_v and the zero key, a bool attn_mask and a "
+              "key_padding_mask (both padded twice), float64.",
+              dtype=F64, L=4, S=3, N=2, inputs=CROSS, add_bias_kv=True, add_zero_attn=True,
+              attn_mask="bool_2d", key_padding_mask=True, grad_weights=True),
+    _backward("backward_kdim_vdim_f32",
+              "Gradients of the separate projections q_proj_weight (8, 8), k_proj_weight (8, 5), "
+              "v_proj_weight (8, 6): kdim and vdim differ from embed_dim.",
+              L=3, S=4, N=2, inputs=CROSS, kdim=5, vdim=6, grad_weights=True),
+    _backward("backward_kdim_vdim_add_bias_kv_unbatched_f64",
+              "Gradients of separate projections with add_bias_kv on unbatched input, float64.",
+              dtype=F64, L=3, S=4, N=1, inputs=CROSS, kdim=5, vdim=6, layout=UNBATCHED,
+              add_bias_kv=True),
+    _backward("backward_no_bias_f32",
+              "Gradients with bias=False: no in_proj_bias, no out_proj.bias.",
+              L=4, S=4, N=2, bias=False, grad_weights=True),
+    _backward("backward_no_bias_add_bias_kv_f64",
+              "Gradients with bias=False but add_bias_kv=True, key is value, float64.",
+              dtype=F64, L=3, S=4, N=2, inputs=ENC_DEC, bias=False, add_bias_kv=True),
+    _backward("backward_dropout_training_f32",
+              "Gradients in training with dropout=0.25: dropout_mask.npy holds the mask PyTorch "
+              "drew (recorded by running its dropout again on ones from the same generator "
+              "state, and proved by replaying it: the forward comes out identical). Averaged "
+              "weights (after dropout, as PyTorch returns them) in the loss.",
+              L=4, S=4, N=2, dropout=0.25, training=True, grad_weights=True),
+    _backward("backward_dropout_training_per_head_f64",
+              "Gradients in training with dropout=0.25, cross attention, per-head weights in the "
+              "loss, add_zero_attn (the mask covers the zero key too), float64.",
+              dtype=F64, L=3, S=4, N=2, inputs=CROSS, dropout=0.25, training=True,
+              average_attn_weights=False, add_zero_attn=True, grad_weights=True),
+    _backward("backward_fully_masked_row_f32",
+              "Gradients with a fully masked query row (bool attn_mask row 2 all True): that row's "
+              "weights are NaN, and autograd carries the NaN into the gradients as the formulas do.",
+              L=4, S=4, N=2, attn_mask="bool_2d", fully_masked_row=True, expect_nan=True,
+              grad_weights=True),
+]

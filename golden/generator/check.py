@@ -31,6 +31,9 @@ from .golden_folder import generate_golden
 # write_layout and write_transformer_encoder compute; every other file is exact.
 COMPUTED_TENSORS = {"attn_output", "attn_output_weights", "q", "k", "v",
                     "layers.0.self_attn.attn_output"}
+# The gradients of the backward cases (grad.query, grad.in_proj_weight, ...) are computed
+# too; grad_attn_output and grad_attn_output_weights, drawn, are not.
+COMPUTED_PREFIX = "grad."
 
 # The bound: |generated - file| <= MAX_ULPS * ulp(max |generated|), elementwise, the ulp
 # taken in the tensor's own dtype (np.spacing). Why 8: across the kernels that could be
@@ -146,7 +149,8 @@ def compare_folders(fresh: Path, given: Path, prefix: str, found: Comparison,
     found.problems += [f"missing: {prefix}{n}" for n in by_folder(expected - present, given)]
     found.problems += [f"extra: {prefix}{n}" for n in by_folder(present - expected, fresh)]
     for n in sorted(expected & present):
-        if n.endswith(".npy") and Path(n).name[:-len(".npy")] in COMPUTED_TENSORS:
+        stem = Path(n).name[:-len(".npy")]
+        if n.endswith(".npy") and (stem in COMPUTED_TENSORS or stem.startswith(COMPUTED_PREFIX)):
             compare_computed_tensor(fresh / n, given / n, prefix + n, found)
         elif filecmp.cmp(fresh / n, given / n, shallow=False):
             found.exact_files += 1

@@ -9,8 +9,9 @@ from typing import Callable, Optional
 import torch
 
 from .case_tensors import make_tensors
-from .cases import CASES, EXTREME_CASES, REJECTIONS, Case, Rejection
-from .files import FORMAT_VERSION, new_folder, remove_stale_folders, save_npy, write_json
+from .backward import run_backward_case
+from .cases import BACKWARD_CASES, CASES, EXTREME_CASES, REJECTIONS, Case, Rejection
+from .files import new_folder, remove_stale_folders, save_npy, write_json
 from .runner import check_torch_rejects, run_case
 
 DTYPE_NAME = {torch.float32: "float32", torch.float64: "float64"}
@@ -30,9 +31,10 @@ def save_inputs(folder: Path, tensors: dict) -> None:
 
 def case_document(case: Case, module: dict, forward: dict, tensors: dict,
                   expect_error: bool) -> dict:
-    """What case.json holds: the options of the call and how its inputs relate."""
-    return {
-        "format": FORMAT_VERSION,
+    """What case.json holds: the options of the call and how its inputs relate; in
+    format 2, the gradients' tolerance too."""
+    document = {
+        "format": case.format,
         "description": case.description,
         "dtype": DTYPE_NAME[case.dtype],
         "module": module,
@@ -44,6 +46,9 @@ def case_document(case: Case, module: dict, forward: dict, tensors: dict,
         "inputs": {"query_is_key": tensors["query"] is tensors["key"],
                    "key_is_value": tensors["key"] is tensors["value"]},
     }
+    if case.backward:
+        document["backward"] = {"tolerance": case.backward_tolerance}
+    return document
 
 
 def write_case_inputs(out: Path, case: Case, document: dict, mha, tensors: dict) -> Path:
@@ -67,6 +72,17 @@ def write_case(out: Path, case: Case, alter: Optional[Callable[[dict], None]] = 
         save_npy(folder, name, tensor)
 
 
+def write_backward_case(out: Path, case: Case) -> None:
+    """A format-2 case: a numeric case, plus the upstream gradients, the dropout mask
+    PyTorch drew (in training) and PyTorch's gradients (backward.py)."""
+    mha, tensors, outputs, qkv, written = run_backward_case(case)
+    document = case_document(case, case.module_options(), case.forward_options(), tensors,
+                             expect_error=False)
+    folder = write_case_inputs(out, case, document, mha, tensors)
+    for name, tensor in {**outputs, **qkv, **written}.items():
+        save_npy(folder, name, tensor)
+
+
 def write_rejection(out: Path, rejection: Rejection) -> None:
     """A rejection case: the valid base case's tensors, broken by its defect, and its
     options with the overrides; no outputs. Where PyTorch 1.13 rejects it too, that is
@@ -86,6 +102,7 @@ def case_writers() -> dict:
     writers += [(r.name, functools.partial(write_rejection, rejection=r)) for r in REJECTIONS]
     writers += [(x.case.name, functools.partial(write_case, case=x.case, alter=x.poke))
                 for x in EXTREME_CASES]
+    writers += [(c.name, functools.partial(write_backward_case, case=c)) for c in BACKWARD_CASES]
     assert len(writers) == len(dict(writers)), "case names must be unique"
     return dict(writers)
 

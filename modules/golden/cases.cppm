@@ -1,8 +1,9 @@
 // mha.golden:cases — golden cases written by PyTorch: case.json and the case's tensors.
 //
 // A case is a folder with case.json and .npy tensors, in the format of
-// golden/FORMAT.md (version 1): the module's options, its parameters under
-// PyTorch's state_dict names, the forward inputs, and what PyTorch returned. This
+// golden/FORMAT.md: the module's options, its parameters under PyTorch's state_dict
+// names, the forward inputs, and what PyTorch returned (version 1); with the upstream
+// gradients, the dropout mask drawn and PyTorch's gradients too (version 2). This
 // partition finds case folders, reads case.json (every field checked, :case_json) and
 // loads a case's tensors (through mha.io's .npy reader). Running and comparing are in
 // :check.
@@ -28,6 +29,8 @@ struct CaseInfo {
   double rtol = 0, atol = 0;
   bool expect_error = false;
   bool query_is_key = false, key_is_value = false;  // optional "inputs" field of the generator
+  int format = 1;                                   // 2: the backward pass too
+  double backward_rtol = 0, backward_atol = 0;      // the gradients' tolerance (format 2)
 };
 
 }  // namespace mha
@@ -66,6 +69,18 @@ void read_case_forward(const nlohmann::json& j, const std::string& where, CaseIn
   }
 }
 
+// The "backward" object of a version-2 case: the gradients' tolerance, into `c`.
+void read_case_backward(const nlohmann::json& j, const std::string& where, CaseInfo& c) {
+  if (!j.contains("backward") || !j["backward"].is_object())
+    throw Error(fmt::format("{}: case.json has format 2 but no 'backward' object", where));
+  const std::string backward = where + " (backward)";
+  c.backward_rtol = case_field<double>(j["backward"], "tolerance", "rtol", backward);
+  c.backward_atol = case_field<double>(j["backward"], "tolerance", "atol", backward);
+  if (!std::isfinite(c.backward_rtol) || !std::isfinite(c.backward_atol) || c.backward_rtol < 0 || c.backward_atol < 0)
+    throw Error(fmt::format("{}: backward.tolerance: expected finite rtol >= 0 and atol >= 0, got rtol={} atol={}",
+                            where, c.backward_rtol, c.backward_atol));
+}
+
 }  // namespace mha::detail
 
 export namespace mha {
@@ -85,9 +100,10 @@ CaseInfo parse_case_info(std::string_view json, const std::filesystem::path& dir
   CaseInfo c;
   c.dir = dir;
   c.name = dir.filename().string();
-  const int format = case_field<int>(j, nullptr, "format", where);
-  if (format != 1)
-    throw Error(fmt::format("{}: unknown case format version {} (this reader knows version 1)", where, format));
+  c.format = case_field<int>(j, nullptr, "format", where);
+  if (c.format != 1 && c.format != 2)
+    throw Error(
+        fmt::format("{}: unknown case format version {} (this reader knows versions 1 and 2)", where, c.format));
   if (j.contains("description")) c.description = case_field<std::string>(j, nullptr, "description", where);
   c.dtype = case_field<std::string>(j, nullptr, "dtype", where);
   if (c.dtype != "float32" && c.dtype != "float64")
@@ -95,6 +111,7 @@ CaseInfo parse_case_info(std::string_view json, const std::filesystem::path& dir
   c.options = detail::case_module_options(j, where);
   detail::read_case_forward(j, where, c);
   c.expect_error = case_field<bool>(j, nullptr, "expect_error", where);
+  if (c.format == 2) detail::read_case_backward(j, where, c);
   return c;
 }
 
@@ -114,6 +131,10 @@ struct Case {
   xt::xarray<T> query, key, value;
   ForwardOptions<T> forward;
   std::map<std::string, xt::xarray<T>> expected;  // attn_output, attn_output_weights, q, k, v
+  // Version 2: the upstream gradients, and PyTorch's gradients by input name (query, key,
+  // value: one per distinct object) and by parameter name (in_proj_weight, bias_k, ...).
+  std::optional<xt::xarray<T>> grad_attn_output, grad_attn_output_weights;
+  std::map<std::string, xt::xarray<T>> expected_gradients;
 };
 
 // A mask file: bool, or floating of the case's dtype; anything else is rejected as
@@ -129,6 +150,32 @@ std::optional<Mask<T>> load_mask(const std::filesystem::path& file, const std::s
                             dtype_name(a.descr)));
   throw Error(
       fmt::format("{}: only bool and floating types of {} are supported, got {}", name, name, dtype_name(a.descr)));
+}
+
+// dropout_mask.npy: bool, (N*H, L, S'), True = kept.
+std::optional<xt::xtensor<bool, 3>> load_dropout_mask(const std::filesystem::path& file) {
+  if (!std::filesystem::exists(file)) return std::nullopt;
+  const NpyArray a = read_npy(file);
+  check(a.descr == "|b1", "dropout_mask", "expected bool, got {}", dtype_name(a.descr));
+  const xt::xarray<bool> mask = to_xarray<bool>(a, "dropout_mask");
+  check(mask.dimension() == 3, "dropout_mask", "expected 3 dimensions (N*H, L, S'), got shape {}",
+        shape_string(mask.shape()));
+  return xt::xtensor<bool, 3>(mask);
+}
+
+// The tensors of version 2: the upstream gradients, the dropout mask, PyTorch's gradients.
+template <class T>
+void load_case_backward(Case<T>& c) {
+  const auto& dir = c.info.dir;
+  c.grad_attn_output = load_npy<T>(dir / "grad_attn_output.npy");
+  if (std::filesystem::exists(dir / "grad_attn_output_weights.npy"))
+    c.grad_attn_output_weights = load_npy<T>(dir / "grad_attn_output_weights.npy");
+  c.forward.dropout_mask = load_dropout_mask(dir / "dropout_mask.npy");
+  std::vector<std::string> names = {"query", "key", "value"};
+  for (const auto& name : multihead_attention_keys()) names.push_back(name);
+  for (const auto& name : names)
+    if (const auto file = dir / ("grad." + name + ".npy"); std::filesystem::exists(file))
+      c.expected_gradients.emplace(name, load_npy<T>(file));
 }
 
 // The case's tensors, as T: the case's dtype, or an Error.
@@ -152,6 +199,7 @@ Case<T> load_case(const CaseInfo& info) {
   for (const char* name : {"attn_output", "attn_output_weights", "q", "k", "v"})
     if (std::filesystem::exists(dir / (std::string(name) + ".npy")))
       c.expected.emplace(name, load_npy<T>(dir / (std::string(name) + ".npy")));
+  if (info.format == 2) load_case_backward(c);
   return c;
 }
 

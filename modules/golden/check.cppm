@@ -2,7 +2,8 @@
 //
 // Builds the module a case describes, runs every variant (packed, and separate after
 // splitting), and compares each expected tensor within the case's tolerance
-// |got - expected| <= atol + rtol * |expected|, NaN equal to NaN. It is the engine of the
+// |got - expected| <= atol + rtol * |expected|, NaN equal to NaN; in a version-2 case,
+// every gradient too, within the case's backward tolerance. It is the engine of the
 // mha-golden tool and of the golden tests; check_case never throws, so that one broken
 // case is one FAIL line.
 module;
@@ -54,6 +55,30 @@ QKV<T> run_in_projection(const MultiheadAttention<T>& module, const Case<T>& c) 
   return module.in_projection(c.query, c.key, c.value);
 }
 
+// forward_for_backward() on the case's inputs, passed as run_forward passes them.
+template <class T>
+std::pair<Output<T>, ForwardRecord<T>> run_forward_for_backward(MultiheadAttention<T>& module, const Case<T>& c) {
+  if (c.info.query_is_key && c.info.key_is_value)
+    return module.forward_for_backward(c.query, c.query, c.query, c.forward);
+  if (c.info.key_is_value) return module.forward_for_backward(c.query, c.key, c.key, c.forward);
+  return module.forward_for_backward(c.query, c.key, c.value, c.forward);
+}
+
+// The gradients a variant must give: the case's, with grad.in_proj_weight split into
+// q/k/v_proj_weight by rows [0, E), [E, 2E), [2E, 3E) for a separate variant of a packed case.
+template <class T>
+std::map<std::string, xt::xarray<T>> expected_gradients(const Case<T>& c, bool packed) {
+  auto expected = c.expected_gradients;
+  if (const auto it = expected.find("in_proj_weight"); it != expected.end() && !packed) {
+    const xt::xtensor<T, 2> w = it->second;
+    const auto blocks = split_packed(w, std::optional<xt::xtensor<T, 1>>{});
+    expected.erase(it);
+    expected.emplace("q_proj_weight", blocks.w_q), expected.emplace("k_proj_weight", blocks.w_k);
+    expected.emplace("v_proj_weight", blocks.w_v);
+  }
+  return expected;
+}
+
 // The result of comparing one tensor with PyTorch's.
 struct Comparison {
   bool ok = true;
@@ -99,6 +124,29 @@ struct CaseResult {
   double max_abs_err = 0;
 };
 
+// backward() on a version-2 case: every gradient the case holds, none it does not.
+// Returns an empty string when all match, else the FAIL line's reason.
+template <class T>
+std::string check_gradients(MultiheadAttention<T>& module, const Case<T>& c, double& max_abs_err) {
+  auto [out, record] = run_forward_for_backward(module, c);
+  const auto grads = module.backward(record, *c.grad_attn_output, c.grad_attn_output_weights);
+  std::map<std::string, const xt::xarray<T>*> got;
+  for (const auto& [name, g] : {std::pair{"query", &grads.query}, {"key", &grads.key}, {"value", &grads.value}})
+    if (*g) got.emplace(name, &**g);
+  for (const auto& [name, g] : grads.parameters) got.emplace(name, &g);
+  const auto expected = expected_gradients(c, module.packed());
+  for (const auto& [name, g] : got)
+    if (!expected.contains(name)) return fmt::format("gradient={} was returned, but the case has none", name);
+  for (const auto& [name, e] : expected) {
+    const auto it = got.find(name);
+    if (it == got.end()) return fmt::format("gradient={} was not returned", name);
+    const auto cmp = compare(*it->second, e, c.info.backward_rtol, c.info.backward_atol);
+    max_abs_err = std::max(max_abs_err, cmp.max_abs_err);
+    if (!cmp.ok) return fmt::format("gradient={} max_abs_err={:.3g} {}", name, cmp.max_abs_err, cmp.mismatch);
+  }
+  return {};
+}
+
 template <class T>
 CaseResult check_numeric_case(const Case<T>& c) {
   CaseResult result{c.info.name, true, "", 0};
@@ -133,6 +181,12 @@ CaseResult check_numeric_case(const Case<T>& c) {
       result.passed = false;
       result.line =
           fmt::format("FAIL {} ({}) returned attention weights with need_weights=false", c.info.name, variant);
+      return result;
+    }
+    if (c.info.format != 2) continue;
+    if (const auto reason = check_gradients(module, c, result.max_abs_err); !reason.empty()) {
+      result.passed = false;
+      result.line = fmt::format("FAIL {} ({}) {}", c.info.name, variant, reason);
       return result;
     }
   }
