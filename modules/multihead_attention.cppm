@@ -5,8 +5,8 @@
 // the shapes (step 1, :inputs), prepares the masks (step 2, :masks) and hands steps 3 to
 // 10 to the path chosen: the readable reference (:reference_forward), numbered as
 // torch/nn/functional.py's multi_head_attention_forward, or the fast engine (:engine).
-// backward() gives the gradients of a forward run by forward_for_backward()
-// (:reference_backward), as PyTorch's autograd computes them.
+// backward() gives the gradients of a forward run by forward_for_backward(), as PyTorch's
+// autograd computes them: step by step (:reference_backward) or by GEMMs (:engine_backward).
 //
 // Two variants, as in PyTorch:
 //   packed    in_proj_weight (3E, E) = [W_q; W_k; W_v], used when kdim == vdim == E;
