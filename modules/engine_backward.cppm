@@ -60,14 +60,9 @@ InProjectionGradients<T> in_projection_backward_gemm(const Parameters<T>& params
   const T* w_q = params.packed ? params.in_proj_weight.data() : params.separate.w_q.data();
   const T* w_k = params.packed ? params.in_proj_weight.data() + E * E : params.separate.w_k.data();
   const T* w_v = params.packed ? params.in_proj_weight.data() + 2 * E * E : params.separate.w_v.data();
-  auto gq = linear_backward_gemm(s.query, w_q, E, dq, has_bias);
-  auto gk = linear_backward_gemm(s.key, w_k, E, dk, has_bias);
-  auto gv = linear_backward_gemm(s.value, w_v, E, dv, has_bias);
-  return {std::move(gq.input),
-          std::move(gk.input),
-          std::move(gv.input),
-          {std::move(gq.weight), std::move(gk.weight), std::move(gv.weight), std::move(gq.bias), std::move(gk.bias),
-           std::move(gv.bias)}};
+  return in_projection_gradients(linear_backward_gemm(s.query, w_q, E, dq, has_bias),
+                                 linear_backward_gemm(s.key, w_k, E, dk, has_bias),
+                                 linear_backward_gemm(s.value, w_v, E, dv, has_bias));
 }
 
 // reference_backward's steps, on GEMMs over strided heads.
@@ -86,7 +81,7 @@ Gradients<T> fast_backward(const Options& options, const Parameters<T>& params, 
   const auto d_attn_output = to_seq_first_batched(grad_attn_output, s.batch_first);  // (L, N, E)
   auto out_proj = linear_backward_gemm(s.merged, params.out_proj_weight.data(), E, d_attn_output, has_bias);
   out.parameters["out_proj.weight"] = out_proj.weight;
-  if (has_bias) out.parameters["out_proj.bias"] = *out_proj.bias;
+  if (out_proj.bias) out.parameters["out_proj.bias"] = *out_proj.bias;
 
   xt::xtensor<T, 3> d_weights = xt::zeros<T>({B, L, S_total});                             // dP (B, L, S')
   xt::xtensor<T, 3> dq = xt::zeros<T>({L, N, E});                                          // (L, N, E)
@@ -102,9 +97,10 @@ Gradients<T> fast_backward(const Options& options, const Parameters<T>& params, 
     // (L, D) x (D, S') -> (L, S')
     gemm<T>(/*trans_a=*/false, /*trans_b=*/true, L, S_total, D, T(1), d_out, NE, s.vh.data() + b * S_total * D, D, T(0),
             d_weights.data() + b * L * S_total, S_total);
-    // (S', L) x (L, D) -> (S', D), rows [0, S_keys)
-    gemm<T>(/*trans_a=*/true, /*trans_b=*/false, S_keys, D, L, T(1), w, S_total, d_out, NE, T(0), dv.data() + column,
-            NE);
+    // (S', L) x (L, D) -> (S', D), rows [0, S_keys); none when the zero key is the only key
+    if (S_keys > 0)
+      gemm<T>(/*trans_a=*/true, /*trans_b=*/false, S_keys, D, L, T(1), w, S_total, d_out, NE, T(0), dv.data() + column,
+              NE);
   }
   if (grad_attn_output_weights)
     d_weights += output_weights_backward(*grad_attn_output_weights, N, H, L, S_total, s.average_attn_weights);
@@ -118,9 +114,10 @@ Gradients<T> fast_backward(const Options& options, const Parameters<T>& params, 
     // (L, S') x (S', D) -> (L, D)
     gemm<T>(/*trans_a=*/false, /*trans_b=*/false, L, D, S_total, scale, ds, S_total, s.kh.data() + b * S_total * D, D,
             T(0), dq.data() + column, NE);
-    // (S', L) x (L, D) -> (S', D), rows [0, S_keys)
-    gemm<T>(/*trans_a=*/true, /*trans_b=*/false, S_keys, D, L, scale, ds, S_total, s.qh.data() + b * L * D, D, T(0),
-            dk.data() + column, NE);
+    // (S', L) x (L, D) -> (S', D), rows [0, S_keys); none when the zero key is the only key
+    if (S_keys > 0)
+      gemm<T>(/*trans_a=*/true, /*trans_b=*/false, S_keys, D, L, scale, ds, S_total, s.qh.data() + b * L * D, D, T(0),
+              dk.data() + column, NE);
   }
 
   // 4) bias_k, bias_v: the appended position's gradient, summed over the batch
@@ -132,7 +129,7 @@ Gradients<T> fast_backward(const Options& options, const Parameters<T>& params, 
 
   // 3) in-projection, one use at a time; 1) one gradient per input object
   auto in = in_projection_backward_gemm(params, s, has_bias, dq, dk, dv);
-  store_in_projection_gradients(params, in.weights, has_bias, out);
+  store_in_projection_gradients(params, in.weights, out);
   gradients_per_object(s, in, out);
   return out;
 }

@@ -224,6 +224,16 @@ struct InProjectionGradients {
   SeparateProjections<T> weights;               // dW_q, dW_k, dW_v and db_q, db_k, db_v
 };
 
+// The gradients of the three projections, q, k and v, as those of one in-projection.
+template <class T>
+InProjectionGradients<T> in_projection_gradients(LinearGradients<T> gq, LinearGradients<T> gk, LinearGradients<T> gv) {
+  return {std::move(gq.input),
+          std::move(gk.input),
+          std::move(gv.input),
+          {std::move(gq.weight), std::move(gk.weight), std::move(gv.weight), std::move(gq.bias), std::move(gk.bias),
+           std::move(gv.bias)}};
+}
+
 // _in_projection backward: three independent linear layers.
 // query (L, N, E), key (S, N, Ek), value (S, N, Ev), dq (L, N, E), dk, dv (S, N, E)
 template <class T>
@@ -231,14 +241,9 @@ InProjectionGradients<T> in_projection_backward(const xt::xtensor<T, 3>& query, 
                                                 const xt::xtensor<T, 3>& value, const SeparateProjections<T>& p,
                                                 const xt::xtensor<T, 3>& dq, const xt::xtensor<T, 3>& dk,
                                                 const xt::xtensor<T, 3>& dv) {
-  auto gq = linear_backward(query, p.w_q, dq, p.b_q.has_value());
-  auto gk = linear_backward(key, p.w_k, dk, p.b_k.has_value());
-  auto gv = linear_backward(value, p.w_v, dv, p.b_v.has_value());
-  return {std::move(gq.input),
-          std::move(gk.input),
-          std::move(gv.input),
-          {std::move(gq.weight), std::move(gk.weight), std::move(gv.weight), std::move(gq.bias), std::move(gk.bias),
-           std::move(gv.bias)}};
+  return in_projection_gradients(linear_backward(query, p.w_q, dq, p.b_q.has_value()),
+                                 linear_backward(key, p.w_k, dk, p.b_k.has_value()),
+                                 linear_backward(value, p.w_v, dv, p.b_v.has_value()));
 }
 
 // Rows [first, first + E) of a (rows, in) weight gradient, and of its bias.

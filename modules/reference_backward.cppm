@@ -54,17 +54,16 @@ void gradients_per_object(const SavedForward<T>& s, InProjectionGradients<T>& g,
 // The in-projection's weight gradients under the module's state_dict names: in_proj_weight
 // packed as [dW_q; dW_k; dW_v], or q/k/v_proj_weight; in_proj_bias [db_q; db_k; db_v].
 template <class T>
-void store_in_projection_gradients(const Parameters<T>& params, const SeparateProjections<T>& w, bool has_bias,
-                                   Gradients<T>& out) {
+void store_in_projection_gradients(const Parameters<T>& params, const SeparateProjections<T>& w, Gradients<T>& out) {
   if (params.packed) {
     const auto packed = pack(w);
     out.parameters["in_proj_weight"] = packed.in_proj_weight;
-    if (has_bias) out.parameters["in_proj_bias"] = *packed.in_proj_bias;
+    if (packed.in_proj_bias) out.parameters["in_proj_bias"] = *packed.in_proj_bias;
     return;
   }
   out.parameters["q_proj_weight"] = w.w_q, out.parameters["k_proj_weight"] = w.w_k;
   out.parameters["v_proj_weight"] = w.w_v;
-  if (has_bias) out.parameters["in_proj_bias"] = xt::concatenate(xt::xtuple(*w.b_q, *w.b_k, *w.b_v), 0);
+  if (w.b_q && w.b_k && w.b_v) out.parameters["in_proj_bias"] = xt::concatenate(xt::xtuple(*w.b_q, *w.b_k, *w.b_v), 0);
 }
 
 // The forward's steps 10 to 1, in reverse, on what the forward saved.
@@ -83,7 +82,7 @@ Gradients<T> reference_backward(const Options& options, const Parameters<T>& par
   // 9) out_proj, then the heads apart again
   auto out_proj = linear_backward(s.merged, params.out_proj_weight, d_attn_output, has_bias);
   out.parameters["out_proj.weight"] = out_proj.weight;
-  if (has_bias) out.parameters["out_proj.bias"] = *out_proj.bias;
+  if (out_proj.bias) out.parameters["out_proj.bias"] = *out_proj.bias;
   const auto d_heads = merge_heads_backward(out_proj.input, H);  // (B, L, D)
 
   // 8) attention per head, from its output back to the scores
@@ -115,7 +114,7 @@ Gradients<T> reference_backward(const Options& options, const Parameters<T>& par
   auto in = params.packed ? in_projection_packed_backward(s.query, s.key, s.value, params.in_proj_weight, has_bias, dq,
                                                           dk, dv, s.aliasing)
                           : in_projection_backward(s.query, s.key, s.value, params.separate_projections(), dq, dk, dv);
-  store_in_projection_gradients(params, in.weights, has_bias, out);
+  store_in_projection_gradients(params, in.weights, out);
 
   // 1) one gradient per input object, in the caller's layout
   gradients_per_object(s, in, out);
