@@ -1,12 +1,13 @@
-// mha-bench: the forward pass of mha::MultiheadAttention<float> timed with Google Benchmark,
-// next to the machine's OpenBLAS sgemm peak, measured in the same run.
+// mha-bench: the forward and backward passes of mha::MultiheadAttention<float> timed with
+// Google Benchmark, next to the machine's OpenBLAS sgemm peak, measured in the same run.
 //
 //   mha-bench [--shapes=all|tiny] [--threads=N] [--path=automatic|reference|fast|memory_efficient]
 //             [--blas-kernel=NAME] [Google Benchmark flags: --benchmark_repetitions, ...]
 //   mha-bench --memory [--threads=N]
 //
 // Each benchmark is self-attention (query is key is value), sequence-first, eval mode,
-// float32, at the benchmark's shapes (README, Performance) (L = S, N, E, H) with need_weights true and false.
+// float32, at the benchmark's shapes (README, Performance) (L = S, N, E, H): the forward
+// with need_weights true and false, and the backward (bench_backward).
 // Its gflops counter counts the multiply-adds of multi-head attention:
 //   in-projection 2*L*N*E*3E + q.k^T 2*N*L*S*E + P.v 2*N*L*S*E + out_proj 2*L*N*E*E
 //   = 8*L*N*E^2 + 4*N*L*S*E.
@@ -72,6 +73,31 @@ void bench_forward(benchmark::State& state, Shape s, bool need_weights, mha::Att
     benchmark::ClobberMemory();
   }
   state.counters["gflops"] = benchmark::Counter(mha_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = mha::num_threads();
+}
+
+// The backward pass alone: one forward_for_backward() (training mode, dropout 0,
+// need_weights=false) outside the timing, then backward() of loss = sum(attn_output * grad)
+// for the input and every parameter, as torch.autograd.grad in bench/torch_mha.py. Its
+// gflops counter counts twice the forward's multiply-adds (each product of the forward
+// gives two in the backward): 16*L*N*E^2 + 8*N*L*S*E.
+void bench_backward(benchmark::State& state, Shape s, mha::AttentionPath path) {
+  mha::Options options;
+  options.embed_dim = static_cast<std::int64_t>(s.E), options.num_heads = static_cast<std::int64_t>(s.H);
+  mha::MultiheadAttention<float> module(options, /*seed=*/1);
+  module.set_attention_path(path);
+  const auto x = random_input(s.L, s.N, s.E, 2);     // (L, N, E)
+  const auto grad = random_input(s.L, s.N, s.E, 3);  // dL/d(attn_output) (L, N, E)
+  mha::ForwardOptions<float> opts;
+  opts.need_weights = false;
+  const auto [output, record] = module.forward_for_backward(x, x, x, opts);
+  for (auto _ : state) {
+    auto gradients = module.backward(record, grad);
+    benchmark::DoNotOptimize(gradients.parameters.size());
+    benchmark::ClobberMemory();
+  }
+  state.counters["gflops"] =
+      benchmark::Counter(2.0 * mha_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = mha::num_threads();
 }
 
@@ -174,6 +200,11 @@ int main(int argc, char** argv) {
             bench_forward, s, need_weights, path)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
+    for (const auto& s : tiny ? tiny_shapes : benchmark_shapes)
+      benchmark::RegisterBenchmark(fmt::format("mha_backward/L={}/N={}/E={}/H={}", s.L, s.N, s.E, s.H).c_str(),
+                                   bench_backward, s, path)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
     const std::size_t n = tiny ? 64 : 2048;
     benchmark::RegisterBenchmark(fmt::format("sgemm_peak/n={}", n).c_str(), bench_sgemm, n)
         ->Unit(benchmark::kMillisecond)

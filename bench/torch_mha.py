@@ -3,9 +3,13 @@
     /usr/bin/python3 bench/torch_mha.py --threads N [--quick] [--shapes L,N,E,H ...]
 
 Self-attention (query is key is value), sequence-first (batch_first=False, the default),
-float32, eval mode, under torch.no_grad(), need_weights True and False. Each sample times a
-batch of calls long enough to be measured (at least 20 ms, 5 ms with --quick); the result
-is the median over samples, per call, in milliseconds. Prints one JSON list on stdout.
+float32. The forward: eval mode, under torch.no_grad(), need_weights True and False. The
+backward (rows with "backward": true): one forward in training mode (dropout 0,
+need_weights=False) with x requiring its gradient, outside the timing; then autograd's
+backward alone, torch.autograd.grad of loss = sum(attn_output * grad) for x and every
+parameter, as mha-bench's mha_backward. Each sample times a batch of calls long enough to
+be measured (at least 20 ms, 5 ms with --quick); the result is the median over samples,
+per call, in milliseconds. Prints one JSON list on stdout.
 torch.set_num_threads(N) does not reach the OpenBLAS that Debian's torch calls for its
 GEMMs; bench/compare runs this script with OPENBLAS_NUM_THREADS=N for that.
 """
@@ -62,6 +66,15 @@ def main():
                 rows.append({"L": L, "N": N, "E": E, "H": H, "need_weights": need_weights,
                              "threads": torch.get_num_threads(), "torch_ms": ms,
                              "torch_version": torch.__version__})
+    for L, N, E, H in shapes:
+        module = torch.nn.MultiheadAttention(E, H).train()
+        x = torch.randn(L, N, E, requires_grad=True)
+        grad = torch.randn(L, N, E)
+        out, _ = module(x, x, x, need_weights=False)
+        inputs = [x] + list(module.parameters())
+        ms = time_call(lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True), min_sample_s, samples)
+        rows.append({"L": L, "N": N, "E": E, "H": H, "backward": True, "threads": torch.get_num_threads(),
+                     "torch_ms": ms, "torch_version": torch.__version__})
     print(json.dumps(rows))
 
 

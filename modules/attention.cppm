@@ -95,13 +95,18 @@ xt::xtensor<bool, 3> draw_dropout_mask(std::array<std::size_t, 3> shape, double 
 // Dropout with a given mask (True = kept): kept weights are multiplied by
 // dropout_scale(p), dropped ones by 0, as PyTorch's x * (mask / (1 - p)). A mask drawn
 // once and applied again replays the same dropout: what a backward pass needs.
+// `count` values from `values` on, against the mask from `keep` on.
+template <class T>
+void apply_dropout_mask(T* values, const bool* keep, std::size_t count, T scale) {
+  // Multiplied by 0, not set to 0, as PyTorch's dropout does: a dropped NaN stays NaN.
+  for (std::size_t i = 0; i < count; ++i) values[i] *= keep[i] ? scale : T(0);
+}
+
 template <class T>
 void apply_dropout_mask(xt::xtensor<T, 3>& weights, double p, const xt::xtensor<bool, 3>& keep) {
   check(keep.shape() == weights.shape(), "dropout_mask", "expected shape {}, got {}", shape_string(weights.shape()),
         shape_string(keep.shape()));
-  const T scale = dropout_scale<T>(p);
-  // Multiplied by 0, not set to 0, as PyTorch's dropout does: a dropped NaN stays NaN.
-  for (std::size_t i = 0; i < weights.size(); ++i) weights.data()[i] *= keep.data()[i] ? scale : T(0);
+  apply_dropout_mask(weights.data(), keep.data(), weights.size(), dropout_scale<T>(p));
 }
 
 // Dropout on the attention weights: each weight is zeroed with probability p and the

@@ -72,6 +72,21 @@ void parallel_linear_into(const T* x, std::size_t rows, std::size_t in, LinearWe
   });
 }
 
+// gemm with C's rows split into one block per thread, each a single-threaded GEMM against
+// the whole of op(B). Row i of op(A) is row i of A, or column i of A with trans_a (A is
+// then (k, m)), so a block of rows starts at a + first * lda, or at a + first.
+template <class T>
+void parallel_gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+                   std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc, int threads) {
+  // Blocks below 32 rows would leave OpenBLAS's kernels too little to do.
+  const std::size_t blocks = std::clamp<std::size_t>(m / 32, 1, static_cast<std::size_t>(std::max(1, threads)));
+  parallel_for(blocks, threads, [&](std::size_t block, std::size_t /*worker*/) {
+    const std::size_t first = m * block / blocks, last = m * (block + 1) / blocks;
+    gemm<T>(trans_a, trans_b, last - first, n, k, alpha, trans_a ? a + first : a + first * lda, lda, b, ldb, beta,
+            c + first * ldc, ldc);
+  });
+}
+
 // y = x W^T + b over the last dimension of x, as torch.nn.functional.linear.
 // x (..., in), weight (out, in), bias (out) -> (..., out)
 template <class T, std::size_t N>

@@ -1,5 +1,6 @@
 // Many threads, one module: forward() from several threads at once gives, bit for bit,
-// what one call at a time gives, on every path, with the weights and without. PyTorch's
+// what one call at a time gives, on every path, with the weights and without; so does
+// backward() of one record. PyTorch's
 // users share one eval-mode module between inference threads; so can this library's.
 // Training-mode dropout shares the module's one generator: the calls take turns, and
 // together they draw exactly what as many calls one after another draw.
@@ -144,6 +145,43 @@ TEST_CASE("training-mode dropout from 6 threads: the calls take turns on the one
 
 // Tagged [blas-threads]: with OpenBLAS's own thread pool running, whose spinning TSan
 // cannot follow, scripts/hardening leaves this one out of its TSan run.
+bool identical(const mha::Gradients<float>& a, const mha::Gradients<float>& b) {
+  for (auto [x, y] : {std::pair{&a.query, &b.query}, {&a.key, &b.key}, {&a.value, &b.value}}) {
+    if (x->has_value() != y->has_value()) return false;
+    if (*x && !mha_test::same(**x, **y)) return false;
+  }
+  if (a.parameters.size() != b.parameters.size()) return false;
+  for (const auto& [name, g] : a.parameters)
+    if (!b.parameters.contains(name) || !mha_test::same(g, b.parameters.at(name))) return false;
+  return true;
+}
+
+TEST_CASE("backward() of one record from 6 threads gives each call's gradients bit for bit, on both paths") {
+  const LibraryThreads library_threads;
+  Inputs in;
+  const auto grad = random_input({L, N, E}, 4);  // dL/d(attn_output)
+  for (auto path : {AttentionPath::reference, AttentionPath::fast}) {
+    INFO((path == AttentionPath::fast ? "fast" : "reference"));
+    mha::MultiheadAttention<float> module(mha::Options{.embed_dim = E, .num_heads = H}, /*seed=*/11);
+    module.set_attention_path(path);
+    const auto forward = module.forward_for_backward(in.query, in.memory, in.memory, in.options);
+    const auto& record = forward.second;
+    const auto alone = module.backward(record, grad);
+    std::vector<std::vector<mha::Gradients<float>>> results(threads);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        for (int c = 0; c < calls_per_thread; ++c) results[t].push_back(module.backward(record, grad));
+      });
+    for (auto& thread : pool) thread.join();
+    std::size_t differing = 0;
+    for (const auto& r : results)
+      for (const auto& g : r) differing += identical(g, alone) ? 0 : 1;
+    REQUIRE(alone.parameters.size() == 4);  // in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias
+    REQUIRE(differing == 0);
+  }
+}
+
 TEST_CASE("forward() changes no process-wide setting: OpenBLAS's threads and kernel stay as they were",
           "[blas-threads]") {
   Inputs in;
