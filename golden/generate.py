@@ -19,23 +19,29 @@ modules). The cases are tables in golden/generator/cases.py.
 
 Run it from anywhere (Debian's /usr/bin/python3: that is where PyTorch is installed):
 
-    golden/generate.py                  # rewrite golden/: cases/, layouts/, weights/
-    golden/generate.py --out DIR        # write those three folders into DIR instead
+    golden/generate.py                  # rewrite golden/: cases/, layouts/, weights/,
+                                        # training/
+    golden/generate.py --out DIR        # write those four folders into DIR instead
     golden/generate.py --check          # regenerate into a temporary folder and compare
                                         # with golden/ (exit 1 if they differ)
     golden/generate.py --check DIR      # the same for a golden folder DIR
     ... --case NAME                     # with any of these: only that case (repeatable),
-                                        # plus the layouts and weights, which are few
+                                        # plus the layouts, weights and training run,
+                                        # which are few
 
 A golden folder holds cases/ (the golden cases), layouts/ (one real MultiheadAttention's
 weights permuted into GPT-2, BERT, GPT-NeoX, Megatron, Llama and ONNX Runtime layouts) and
-weights/ (a real TransformerEncoder's state_dict as safetensors, and F16/BF16 data): see
-golden/generator/layouts.py and golden/generator/weights.py. Only cases/ holds golden cases.
+weights/ (a real TransformerEncoder's state_dict as safetensors, and F16/BF16 data) and
+training/ (the first steps of a small model built on nn.MultiheadAttention, trained by
+Adam: its parameters before and after, its batches and losses): see
+golden/generator/layouts.py, golden/generator/weights.py and golden/generator/training.py.
+Only cases/ holds golden cases.
 
 --check compares every file, in one of two ways (see golden/generator/check.py). What the
 generator draws or copies -- case.json, parameters, inputs, masks, the JSON and
 safetensors files -- must match byte for byte. What PyTorch computes with floating-point
-kernels -- attn_output, attn_output_weights, q, k, v, the gradients grad.* -- must match
+kernels -- attn_output, attn_output_weights, q, k, v, the gradients grad.*, a training
+run's losses and final parameters -- must match
 in dtype and shape exactly and in value within a few ULPs of the tensor's largest
 magnitude: those kernels (OpenBLAS's GEMMs, ATen's vectorised loops) round differently on
 different CPUs. (The bound was measured on forward tensors; the gradients, computed by
@@ -48,7 +54,7 @@ import argparse
 import sys
 from pathlib import Path
 
-# The golden folder: cases/, layouts/ and weights/, next to this file; the generator
+# The golden folder: cases/, layouts/, weights/ and training/, next to this file; the generator
 # package is there too, importable from any working directory.
 GOLDEN = Path(__file__).resolve().parent
 sys.path.insert(0, str(GOLDEN))
@@ -63,17 +69,17 @@ from generator.writers import case_writers
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
-        epilog="A golden folder holds cases/, layouts/ and weights/; golden/ is one.")
+        epilog="A golden folder holds cases/, layouts/, weights/ and training/; golden/ is one.")
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--out", type=Path, default=GOLDEN, metavar="DIR",
-                        help="the golden folder to write: DIR/cases, DIR/layouts and "
-                             "DIR/weights, nothing outside DIR (default: golden/)")
+                        help="the golden folder to write: DIR/cases, DIR/layouts, "
+                             "DIR/weights and DIR/training, nothing outside DIR (default: golden/)")
     action.add_argument("--check", type=Path, nargs="?", const=GOLDEN, metavar="DIR",
                         help="regenerate into a temporary folder and compare the golden "
                              "folder DIR with it (default: golden/); exit 1 if they differ")
     parser.add_argument("--case", action="append", metavar="NAME", dest="cases",
-                        help="only this case (repeatable); the layouts and weights, which "
-                             "are few, are always included")
+                        help="only this case (repeatable); the layouts, weights and "
+                             "training run, which are few, are always included")
     args = parser.parse_args()
     unknown = [name for name in args.cases or [] if name not in case_writers()]
     if unknown:

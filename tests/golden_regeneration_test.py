@@ -2,19 +2,22 @@
 """Tests of golden/generate.py itself, each run as the user runs it (a subprocess):
 
     golden_regeneration_test.py hand-edit --generator golden/generate.py
-        A copy of one case (with the layouts and weights) passes `--check DIR --case NAME`
-        under each ATen CPU capability this CPU runs (ATEN_CPU_CAPABILITY=default and
-        avx2: what the generator draws must not depend on PyTorch's kernels);
-        then three single values are edited, and --check must fail naming exactly those
-        three files: the largest value of attn_output and of a layout's attn_output, each
-        changed by a relative 1e-5 (computed tensors: compared within a few ULPs of their
-        largest magnitude, so that is the value the bound is stated for), and one value
-        of query moved by one ULP (drawn tensors: compared byte for byte).
+        A copy of one case (with the layouts, weights and training run) passes
+        `--check DIR --case NAME` under each ATen CPU capability this CPU runs
+        (ATEN_CPU_CAPABILITY=default and avx2: what the generator draws must not depend
+        on PyTorch's kernels);
+        then four single values are edited, and --check must fail naming exactly those
+        four files: the largest value of attn_output, of a layout's attn_output and of a
+        trained parameter (training/reverse/final/), each changed by a relative 1e-5
+        (computed tensors: compared within a few ULPs of their largest magnitude, so that
+        is the value the bound is stated for), and one value of query moved by one ULP
+        (drawn tensors: compared byte for byte).
 
     golden_regeneration_test.py out-dir --generator golden/generate.py
-        `--out DIR --case NAME` writes the case, the layouts and the weights under DIR,
-        and nothing else: every file of the golden folder next to the generator keeps
-        its bytes and its modification time, and the working directory stays empty.
+        `--out DIR --case NAME` writes the case, the layouts, the weights and the
+        training run under DIR, and nothing else: every file of the golden folder next
+        to the generator keeps its bytes and its modification time, and the working
+        directory stays empty.
 
 Exit status 0 when the test passes; otherwise 1, with what went wrong.
 """
@@ -33,6 +36,8 @@ import numpy as np
 PYTHON = sys.executable      # the test's own: MHA_PYTHON, Debian's /usr/bin/python3
 CASE = "self_seqfirst_f32"   # a float32 case: float32 is where a relative 1e-5 is fewest ULPs
 RELATIVE_CHANGE = 1e-5
+# A parameter after training: its folder (final/), not its name, makes it a computed tensor.
+TRAINED = "training/reverse/final/attention.in_proj_weight.npy"
 
 
 def fail(message: str) -> None:
@@ -60,10 +65,10 @@ def capabilities() -> list:
 
 
 def copy_golden(golden: Path, into: Path) -> None:
-    """A golden folder holding one case and all the layouts and weights."""
+    """A golden folder holding one case and all the layouts, weights and training run."""
     shutil.copytree(golden / "cases" / CASE, into / "cases" / CASE)
-    shutil.copytree(golden / "layouts", into / "layouts")
-    shutil.copytree(golden / "weights", into / "weights")
+    for part in ("layouts", "weights", "training"):
+        shutil.copytree(golden / part, into / part)
 
 
 def scale_largest_value(path: Path, factor: float) -> None:
@@ -103,10 +108,12 @@ def hand_edit(generator: Path) -> None:
         edits = {
             f"cases/{CASE}/attn_output.npy": "ULPs of its largest magnitude",
             "layouts/gpt2/attn_output.npy": "ULPs of its largest magnitude",
+            TRAINED: "ULPs of its largest magnitude",
             f"cases/{CASE}/query.npy": "(must match byte for byte)",
         }
         scale_largest_value(copy / f"cases/{CASE}/attn_output.npy", 1 + RELATIVE_CHANGE)
         scale_largest_value(copy / "layouts/gpt2/attn_output.npy", 1 + RELATIVE_CHANGE)
+        scale_largest_value(copy / TRAINED, 1 + RELATIVE_CHANGE)
         move_first_value_one_ulp(copy / f"cases/{CASE}/query.npy")
 
         status, output = run_generator(generator, "--check", str(copy), "--case", CASE)
@@ -143,7 +150,7 @@ def out_dir(generator: Path) -> None:
             problems.append(f"--out exited with {status}")
         for written in (f"cases/{CASE}/attn_output.npy", "layouts/gpt2/layout.json",
                         "layouts/llama/attn_output.npy", "weights/transformer_encoder/model.safetensors",
-                        "weights/dtypes/dtypes.safetensors"):
+                        "weights/dtypes/dtypes.safetensors", "training/reverse/loss.npy"):
             if not (out / written).is_file():
                 problems.append(f"--out did not write {written} into its folder")
         if any(cwd.iterdir()):

@@ -10,7 +10,8 @@
     writers.py        case folders: numeric, rejection and extreme-value cases
     layouts.py        golden/layouts/: other models' weight layouts
     weights.py        golden/weights/: a TransformerEncoder as safetensors, F16/BF16 data
-    golden_folder.py  a whole golden folder: cases/, layouts/ and weights/
+    training.py       golden/training/: a small model's first steps of training by Adam
+    golden_folder.py  a whole golden folder: cases/, layouts/, weights/ and training/
     check.py          --check: regenerate and compare, byte for byte or within MAX_ULPS
 """
 
