@@ -10,48 +10,19 @@
 //
 // Legend: L = target length, S = source length, N = batch, H = heads.
 #include <CLI/CLI.hpp>
-#include <png++/png.hpp>
 
 #include <array>
 
+#include "drawing.hpp"
 #include "tutorial.hpp"
 
 namespace {
 
-using Image = png::image<png::rgb_pixel>;
+using drawing::fill;
+using drawing::Image;
+using drawing::text;
 
-// A 3x5 bitmap font for the labels: five rows of three pixels per glyph, '#' = ink.
-const std::map<char, std::array<const char*, 5>> font = {
-    {'0', {"###", "#.#", "#.#", "#.#", "###"}}, {'1', {".#.", "##.", ".#.", ".#.", "###"}},
-    {'2', {"###", "..#", "###", "#..", "###"}}, {'3', {"###", "..#", "###", "..#", "###"}},
-    {'4', {"#.#", "#.#", "###", "..#", "..#"}}, {'5', {"###", "#..", "###", "..#", "###"}},
-    {'6', {"###", "#..", "###", "#.#", "###"}}, {'7', {"###", "..#", "..#", "..#", "..#"}},
-    {'8', {"###", "#.#", "###", "#.#", "###"}}, {'9', {"###", "#.#", "###", "..#", "###"}},
-    {'a', {"...", "##.", "..#", "###", "###"}}, {'d', {"..#", "..#", "###", "#.#", "###"}},
-    {'e', {"...", "###", "###", "#..", "###"}}, {'h', {"#..", "#..", "###", "#.#", "#.#"}},
-    {'k', {"#..", "#.#", "##.", "#.#", "#.#"}}, {'m', {"...", "###", "###", "#.#", "#.#"}},
-    {'n', {"...", "##.", "#.#", "#.#", "#.#"}}, {'q', {"...", "###", "#.#", "###", "..#"}},
-    {'r', {"...", "#.#", "##.", "#..", "#.."}}, {'u', {"...", "#.#", "#.#", "#.#", "###"}},
-    {'y', {"...", "#.#", "###", "..#", "##."}}, {' ', {"...", "...", "...", "...", "..."}},
-};
-constexpr std::size_t kScale = 2, kCell = 32, kLeft = 48, kTop = 44;
-
-void text(Image& img, std::size_t x, std::size_t y, std::string_view s, png::rgb_pixel ink = {0, 0, 0}) {
-  for (char ch : s) {
-    const auto& g = font.at(ch);
-    for (std::size_t r = 0; r < 5; ++r)
-      for (std::size_t col = 0; col < 3; ++col)
-        if (g[r][col] == '#')
-          for (std::size_t dy = 0; dy < kScale; ++dy)
-            for (std::size_t dx = 0; dx < kScale; ++dx) img[y + r * kScale + dy][x + col * kScale + dx] = ink;
-    x += 4 * kScale;
-  }
-}
-
-void fill(Image& img, std::size_t x0, std::size_t y0, std::size_t w, std::size_t h, png::rgb_pixel c) {
-  for (std::size_t y = y0; y < y0 + h; ++y)
-    for (std::size_t x = x0; x < x0 + w; ++x) img[y][x] = c;
-}
+constexpr std::size_t kCell = 32, kLeft = 48, kTop = 44;
 
 // 0 -> white, 1 -> dark blue, linearly.
 png::rgb_pixel color(double w) {

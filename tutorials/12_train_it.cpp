@@ -20,7 +20,6 @@
 //
 // Legend: V = vocabulary, L = sequence length, N = batch, E = embed_dim, H = heads.
 #include <CLI/CLI.hpp>
-#include <png++/png.hpp>
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xsort.hpp>
 
@@ -28,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "drawing.hpp"
 #include "tutorial.hpp"
 
 import mha.io;
@@ -276,40 +276,12 @@ Accuracy accuracy(Reverser& model, const Tokens& tokens) {
 
 // ---- the loss curve ------------------------------------------------------------------------
 
-using Image = png::image<png::rgb_pixel>;
+using drawing::fill;
+using drawing::Image;
+using drawing::text;
 
-// A 3x5 bitmap font for the labels (tutorial 07's, with the letters needed here).
-const std::map<char, std::array<const char*, 5>> font = {
-    {'0', {"###", "#.#", "#.#", "#.#", "###"}}, {'1', {".#.", "##.", ".#.", ".#.", "###"}},
-    {'2', {"###", "..#", "###", "#..", "###"}}, {'3', {"###", "..#", "###", "..#", "###"}},
-    {'4', {"#.#", "#.#", "###", "..#", "..#"}}, {'5', {"###", "#..", "###", "..#", "###"}},
-    {'6', {"###", "#..", "###", "#.#", "###"}}, {'7', {"###", "..#", "..#", "..#", "..#"}},
-    {'8', {"###", "#.#", "###", "#.#", "###"}}, {'9', {"###", "#.#", "###", "..#", "###"}},
-    {'.', {"...", "...", "...", "...", ".#."}}, {'+', {"...", ".#.", "###", ".#.", "..."}},
-    {'c', {"...", "###", "#..", "#..", "###"}}, {'e', {"...", "###", "###", "#..", "###"}},
-    {'h', {"#..", "#..", "###", "#.#", "#.#"}}, {'l', {".#.", ".#.", ".#.", ".#.", ".#."}},
-    {'o', {"...", "###", "#.#", "#.#", "###"}}, {'p', {"...", "###", "#.#", "###", "#.."}},
-    {'r', {"...", "#.#", "##.", "#..", "#.."}}, {'s', {".##", "#..", ".#.", "..#", "##."}},
-    {'t', {".#.", "###", ".#.", ".#.", ".##"}}, {'y', {"...", "#.#", "###", "..#", "##."}},
-    {' ', {"...", "...", "...", "...", "..."}},
-};
-constexpr std::size_t kScale = 2, kLeft = 56, kTop = 28, kWidth = 480, kHeight = 240;
+constexpr std::size_t kLeft = 56, kTop = 28, kWidth = 480, kHeight = 240;
 const png::rgb_pixel kBlue{8, 48, 107}, kOrange{230, 120, 20}, kGrey{160, 160, 160};
-
-void fill(Image& img, std::size_t x0, std::size_t y0, std::size_t w, std::size_t h, png::rgb_pixel c) {
-  for (std::size_t y = y0; y < y0 + h; ++y)
-    for (std::size_t x = x0; x < x0 + w; ++x) img[y][x] = c;
-}
-
-void text(Image& img, std::size_t x, std::size_t y, std::string_view s, png::rgb_pixel ink = {0, 0, 0}) {
-  for (char ch : s) {
-    const auto& g = font.at(ch);
-    for (std::size_t r = 0; r < 5; ++r)
-      for (std::size_t col = 0; col < 3; ++col)
-        if (g[r][col] == '#') fill(img, x + col * kScale, y + r * kScale, kScale, kScale, ink);
-    x += 4 * kScale;
-  }
-}
 
 // The loss of every step, a line (C++), with PyTorch's losses of the first steps as dots.
 // x: step 1 to the last; y: loss 0 to the largest loss rounded up to a half.
