@@ -143,8 +143,8 @@ Gradients<T> fast_backward(const Options& options, const Parameters<T>& params, 
   // by side, [dq | dk | dv] (L, N, 3E), for step 3 to take as one linear layer's gradient.
   const bool one_linear = params.packed && s.aliasing == Aliasing::self_attention && !options.add_bias_kv;
   const std::size_t width = one_linear ? 3 * E : E;
-  // An empty L or S' leaves zeros: no product to take, no data to point into.
-  const bool products = L > 0 && S_total > 0;
+  // An empty L, S' or batch leaves zeros: no product to take, no data to point into.
+  const bool products = L > 0 && S_total > 0 && B > 0;
   auto gradient = [products, N](std::size_t len, std::size_t w) -> xt::xtensor<T, 3> {
     return products ? xt::xtensor<T, 3>::from_shape({len, N, w}) : xt::xtensor<T, 3>(xt::zeros<T>({len, N, w}));
   };

@@ -78,8 +78,10 @@ void parallel_linear_into(const T* x, std::size_t rows, std::size_t in, LinearWe
 template <class T>
 void parallel_gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
                    std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc, int threads) {
-  // Blocks below 32 rows would leave OpenBLAS's kernels too little to do.
-  const std::size_t blocks = std::clamp<std::size_t>(m / 32, 1, static_cast<std::size_t>(std::max(1, threads)));
+  // Blocks below 32 rows would leave OpenBLAS's kernels too little to do. An empty sum
+  // (k = 0) reads neither operand, which may then have no data to point into: one block.
+  const std::size_t blocks =
+      k == 0 ? 1 : std::clamp<std::size_t>(m / 32, 1, static_cast<std::size_t>(std::max(1, threads)));
   parallel_for(blocks, threads, [&](std::size_t block, std::size_t /*worker*/) {
     const std::size_t first = m * block / blocks, last = m * (block + 1) / blocks;
     gemm<T>(trans_a, trans_b, last - first, n, k, alpha, trans_a ? a + first : a + first * lda, lda, b, ldb, beta,
