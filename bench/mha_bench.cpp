@@ -1,8 +1,9 @@
 // mha-bench: the forward and backward passes of mha::MultiheadAttention<float> timed with
-// Google Benchmark, next to the machine's OpenBLAS sgemm peak, measured in the same run.
+// Google Benchmark, next to the machine's sgemm peaks (OpenBLAS's, oneDNN's), measured in the same run.
 //
 //   mha-bench [--shapes=all|tiny] [--threads=N] [--path=automatic|reference|fast|memory_efficient]
-//             [--blas-kernel=NAME] [Google Benchmark flags: --benchmark_repetitions, ...]
+//             [--blas-kernel=NAME] [--gemm-library=onednn|openblas]
+//             [Google Benchmark flags: --benchmark_repetitions, ...]
 //   mha-bench --memory [--threads=N]
 //
 // Each benchmark is self-attention (query is key is value), sequence-first, eval mode,
@@ -16,7 +17,9 @@
 // PyTorch, and prints the table. --blas-kernel=NAME has OpenBLAS run kernel NAME
 // (mha::use_blas_kernel) before anything is timed: with OPENBLAS_CORETYPE=Prescott, it
 // times a switch away from the generic kernel, as the library makes on a CPU that
-// OpenBLAS does not know.
+// OpenBLAS does not know. --gemm-library=openblas has OpenBLAS run every GEMM
+// (mha::use_gemm_library), to time the engine as it was before oneDNN. The sgemm peaks are
+// OpenBLAS's and, where the build has it, oneDNN's, each on the library's thread count.
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 #include "third_party.hpp"
@@ -24,6 +27,15 @@
 #include <benchmark/benchmark.h>
 #include <chrono>
 #include <sys/resource.h>
+#if MHA_ONEDNN
+#include <dnnl.h>
+// OpenMP's thread count for oneDNN's sgemm peak (clang has no omp.h for GCC's libgomp).
+extern "C" void omp_set_num_threads(int num_threads);
+#endif
+
+// OpenBLAS's thread count, for its sgemm peak (cblas.h would clash with xtensor-blas).
+extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" int openblas_get_num_threads(void);
 
 import mha;
 
@@ -102,19 +114,40 @@ void bench_backward(benchmark::State& state, Shape s, mha::AttentionPath path) {
 }
 
 // C (n, n) = A (n, n) B (n, n) in float through OpenBLAS: the machine's sgemm peak.
-void bench_sgemm(benchmark::State& state, std::size_t n) {
-  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n, 0.0f);
+// The sgemm peak of one library: a (n, n) x (n, n) product, as fast as that library runs
+// it on the library's thread count. OpenBLAS gets that many threads of its own for the
+// measurement (set_num_threads holds it to one); oneDNN gets that many OpenMP threads.
+// C (n, n) = A (n, n) x B (n, n), row-major, on `library`.
+void sgemm(mha::GemmLibrary library, std::size_t n, const float* a, const float* b, float* c) {
   using index = xt::blas_index_t;
   const auto m = static_cast<index>(n);
+#if MHA_ONEDNN
+  if (library == mha::GemmLibrary::onednn) {
+    dnnl_sgemm('N', 'N', m, m, m, 1.0f, a, m, b, m, 0.0f, c, m);
+    return;
+  }
+#endif
+  (void)library;  // OpenBLAS: the only library of a build without oneDNN
+  cxxblas::gemm<index>(cxxblas::RowMajor, cxxblas::NoTrans, cxxblas::NoTrans, m, m, m, 1.0f, a, m, b, m, 0.0f, c, m);
+}
+
+void bench_sgemm(benchmark::State& state, std::size_t n, mha::GemmLibrary library) {
+  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n, 0.0f);
+  const int threads = mha::num_threads();
+  const int openblas_threads = openblas_get_num_threads();
+  openblas_set_num_threads(threads);
+#if MHA_ONEDNN
+  omp_set_num_threads(threads);
+#endif
   for (auto _ : state) {
-    cxxblas::gemm<index>(cxxblas::RowMajor, cxxblas::NoTrans, cxxblas::NoTrans, m, m, m, 1.0f, a.data(), m, b.data(), m,
-                         0.0f, c.data(), m);
+    sgemm(library, n, a.data(), b.data(), c.data());
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
+  openblas_set_num_threads(openblas_threads);
   const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
   state.counters["gflops"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["threads"] = mha::num_threads();
+  state.counters["threads"] = threads;
 }
 
 // One forward without weights at L = S = 8192 in this process, then its peak RSS.
@@ -147,12 +180,19 @@ int run_memory() {
   return 0;
 }
 
-// Takes --shapes=, --threads=, --path=, --blas-kernel= and --memory out of argv; the rest is
-// Google Benchmark's.
+mha::GemmLibrary gemm_library_from_name(const std::string& name) {
+  if (name == "openblas") return mha::GemmLibrary::openblas;
+  if (name == "onednn") return mha::GemmLibrary::onednn;
+  throw mha::Error(fmt::format("--gemm-library: expected openblas or onednn, got '{}'", name));
+}
+
+// Takes --shapes=, --threads=, --path=, --blas-kernel=, --gemm-library= and --memory out of
+// argv; the rest is Google Benchmark's.
 struct Arguments {
   std::string shapes = "all";
-  std::string blas_kernel;  // empty: the one the library chose
-  int threads = 0;          // 0: the default (OpenBLAS's choice)
+  std::string blas_kernel;   // empty: the one the library chose
+  std::string gemm_library;  // empty: the library's default (oneDNN where built with it)
+  int threads = 0;           // 0: the default (OpenBLAS's choice)
   std::string path = "automatic";
   bool memory = false;
 };
@@ -167,6 +207,7 @@ Arguments take_arguments(int& argc, char** argv) {
     else if (a.starts_with("--threads=")) args.threads = std::stoi(value("--threads="));
     else if (a.starts_with("--path=")) args.path = value("--path=");
     else if (a.starts_with("--blas-kernel=")) args.blas_kernel = value("--blas-kernel=");
+    else if (a.starts_with("--gemm-library=")) args.gemm_library = value("--gemm-library=");
     else if (a == "--memory") args.memory = true;
     else argv[kept++] = argv[i];
   }
@@ -183,6 +224,7 @@ int main(int argc, char** argv) {
     const Arguments args = take_arguments(argc, argv);
     if (args.threads != 0) mha::set_num_threads(args.threads);
     if (!args.blas_kernel.empty()) mha::use_blas_kernel(args.blas_kernel);
+    if (!args.gemm_library.empty()) mha::use_gemm_library(gemm_library_from_name(args.gemm_library));
     if (args.memory) return run_memory();
 
     benchmark::Initialize(&argc, argv);
@@ -191,6 +233,9 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("blas_kernel", mha::blas_kernel().name);
     benchmark::AddCustomContext("blas_kernel_chosen_by", mha::blas_kernel().chosen_by);
     benchmark::AddCustomContext("cpu_simd_level", mha::to_string(mha::cpu_simd_level()));
+    // The library that runs the large float GEMMs (:gemm_library).
+    benchmark::AddCustomContext("gemm_library", mha::to_string(mha::gemm_library()));
+    benchmark::AddCustomContext("onednn_version", mha::onednn_version().value_or("none"));
     const bool tiny = args.shapes == "tiny";
     const mha::AttentionPath path = path_from_name(args.path);
     for (const auto& s : tiny ? tiny_shapes : benchmark_shapes)
@@ -206,9 +251,14 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     const std::size_t n = tiny ? 64 : 2048;
-    benchmark::RegisterBenchmark(fmt::format("sgemm_peak/n={}", n).c_str(), bench_sgemm, n)
+    benchmark::RegisterBenchmark(fmt::format("sgemm_peak/n={}", n).c_str(), bench_sgemm, n, mha::GemmLibrary::openblas)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
+    if (mha::onednn_version())
+      benchmark::RegisterBenchmark(fmt::format("sgemm_peak_onednn/n={}", n).c_str(), bench_sgemm, n,
+                                   mha::GemmLibrary::onednn)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

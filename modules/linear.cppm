@@ -1,7 +1,8 @@
 // mha:linear (internal) — the one BLAS entry point and torch.nn.functional.linear on it.
 //
 // gemm() multiplies row-major matrices with leading dimensions, so that a head can be
-// multiplied in place inside a (L, N, E) tensor without copying it. linear_into() is
+// multiplied in place inside a (L, N, E) tensor without copying it; the library that runs
+// it is OpenBLAS, or oneDNN for a large enough float GEMM (:gemm_library). linear_into() is
 // y = x W^T + b on raw rows, with W as PyTorch stores it (out, in) or already transposed
 // (in, out); every linear layer of the library, the readable one and the fast ones, is
 // this function. Not exported: the API's linear() is in :in_projection.
@@ -13,6 +14,7 @@ module;
 module mha:linear;
 
 import :threads;
+import :gemm_library;
 
 namespace mha::detail {
 
@@ -27,6 +29,10 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
     for (std::size_t i = 0; i < m; ++i)
       for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (gemm_library_for(m, n, k) == GemmLibrary::onednn)
+      return onednn_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   cxxblas::gemm<index>(cxxblas::RowMajor, trans_a ? cxxblas::Trans : cxxblas::NoTrans,
                        trans_b ? cxxblas::Trans : cxxblas::NoTrans, static_cast<index>(m), static_cast<index>(n),

@@ -21,6 +21,7 @@
 // The machine underneath:
 //   :cpu                 what this CPU runs: SSE2, AVX, AVX2 + FMA, AVX-512
 //   :blas                which OpenBLAS kernel runs the GEMMs: the best this CPU runs
+//   :gemm_library        oneDNN or OpenBLAS for the float GEMMs, and why oneDNN
 //   :threads             set_num_threads: the library's threads, OpenBLAS's held to one
 //
 // The engine behind AttentionPath::fast and memory_efficient is internal, all of it in
@@ -38,6 +39,7 @@ export module mha;
 export import :error;
 export import :cpu;
 export import :blas;
+export import :gemm_library;
 export import :random;
 export import :threads;
 export import :in_projection;

@@ -53,9 +53,12 @@ int num_threads() { return detail::thread_count(); }
 
 namespace mha::detail {
 
+// Is OpenBLAS held to one thread, so that the library's own threads run the work?
+bool openblas_runs_single_threaded() { return openblas_get_num_threads() == 1; }
+
 // The threads a fast forward splits its work over: the library's, while OpenBLAS runs
 // single-threaded; otherwise one, the caller's, and OpenBLAS threads each GEMM.
-int engine_threads() { return openblas_get_num_threads() == 1 ? num_threads() : 1; }
+int engine_threads() { return openblas_runs_single_threaded() ? num_threads() : 1; }
 
 // Runs task(0, worker), ..., task(count - 1, worker) on up to `threads` threads, each
 // taking the next index when it is free; `worker` (0 .. threads - 1) says which thread
