@@ -7,11 +7,12 @@
 // a CPU newer than OpenBLAS 0.3.21's table of models is no problem for it either.
 //
 // Measured on the machine of docs/performance.md, one thread a call on each of 2 cores,
-// against OpenBLAS's best kernel for that CPU (SkylakeX): the projections, (1024, 512) x
-// (512, 1536) to (2048, 2048) x (2048, 2048), at 200-220 GFLOP/s against 165-180; the
-// per-head GEMMs, where one side is D = 64, 10-20% faster. Below about 256K multiply-adds
-// its set-up costs more than the product (16 x 16 x 16: 0.5 us against 0.17 us), so small
-// GEMMs stay on OpenBLAS.
+// against OpenBLAS's best kernel for that CPU (SkylakeX): the per-head GEMMs, where one
+// side is D = 64, 10-45% faster in every sitting; the projections with E = 768 and 1024,
+// and 2048 x 2048 x 2048, at 200-220 GFLOP/s against 165-180 in the quietest one; with
+// E = 512 the two were within that busy host's noise of each other. Below about 256K
+// multiply-adds its set-up costs more than the product (16 x 16 x 16: 0.5 us against
+// 0.17 us), so small GEMMs stay on OpenBLAS.
 //
 // Threads: Debian's oneDNN runs its parallel work on OpenMP (libgomp), with as many
 // threads as omp_get_max_threads() says in the calling thread. The library runs its GEMMs
