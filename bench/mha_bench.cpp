@@ -30,6 +30,7 @@
 #if MHA_ONEDNN
 #include <dnnl.h>
 // OpenMP's thread count for oneDNN's sgemm peak (clang has no omp.h for GCC's libgomp).
+extern "C" int omp_get_max_threads(void);
 extern "C" void omp_set_num_threads(int num_threads);
 #endif
 
@@ -137,6 +138,7 @@ void bench_sgemm(benchmark::State& state, std::size_t n, mha::GemmLibrary librar
   const int openblas_threads = openblas_get_num_threads();
   openblas_set_num_threads(threads);
 #if MHA_ONEDNN
+  const int openmp_threads = omp_get_max_threads();
   omp_set_num_threads(threads);
 #endif
   for (auto _ : state) {
@@ -145,6 +147,9 @@ void bench_sgemm(benchmark::State& state, std::size_t n, mha::GemmLibrary librar
     benchmark::ClobberMemory();
   }
   openblas_set_num_threads(openblas_threads);
+#if MHA_ONEDNN
+  omp_set_num_threads(openmp_threads);
+#endif
   const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
   state.counters["gflops"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = threads;
