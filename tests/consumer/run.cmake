@@ -4,10 +4,12 @@
 #
 #   cmake -DMHA_BINARY_DIR=... -DMHA_SOURCE_DIR=... -DMHA_CXX_COMPILER=... \
 #         -DMHA_SCAN_DEPS=... -DMHA_BUILD_TYPE=... -DMHA_CXX_FLAGS=... \
-#         -DMHA_EXE_LINKER_FLAGS=... -DMHA_CXX_EXTENSIONS=DEFAULT|OFF -P run.cmake
+#         -DMHA_EXE_LINKER_FLAGS=... -DMHA_CXX_EXTENSIONS=DEFAULT|OFF \
+#         -DMHA_CONSUMER_BUILD=ON|OFF -P run.cmake
 #
 # MHA_CXX_EXTENSIONS is the consumer's language: DEFAULT leaves CMAKE_CXX_EXTENSIONS unset,
-# as most projects do (gnu++20), OFF sets it (c++20).
+# as most projects do (gnu++20), OFF sets it (c++20). MHA_CONSUMER_BUILD OFF stops after
+# the checks of the consumer's compile lines (steps 1-3), before the build and the run.
 cmake_minimum_required(VERSION 3.28)  # this script's policies, e.g. if(... IN_LIST ...)
 
 if(MHA_CXX_EXTENSIONS STREQUAL "DEFAULT")
@@ -18,6 +20,9 @@ elseif(MHA_CXX_EXTENSIONS STREQUAL "OFF")
   set(extensions_option "-DCMAKE_CXX_EXTENSIONS=OFF")
 else()
   message(FATAL_ERROR "consumer test: MHA_CXX_EXTENSIONS must be DEFAULT or OFF, not '${MHA_CXX_EXTENSIONS}'")
+endif()
+if(NOT MHA_CONSUMER_BUILD)
+  string(APPEND work "-lines")  # its own tree: the tests may run at once (ctest -j)
 endif()
 set(prefix "${work}/prefix")
 file(REMOVE_RECURSE "${work}")
@@ -109,6 +114,10 @@ if(NOT language STREQUAL expected)
                       "should be compiled as ${expected}, not as ${language}: ${source_flags}")
 endif()
 message(STATUS "consumer test: the interface units and the consumer compiled with '${source_flags}'")
+if(NOT MHA_CONSUMER_BUILD)
+  message(STATUS "consumer test: the build and the run are left out (MHA_CONSUMER_BUILD OFF)")
+  return()
+endif()
 # 4) build it: CMake compiles the installed interface units for the consumer
 step("building tests/consumer" ${CMAKE_COMMAND} --build "${work}/build" -j2)
 # 5) run it
