@@ -1,9 +1,10 @@
 """Plots the ratio torch_ms / mha_ms per shape from a bench/compare JSON file.
 
-    /usr/bin/python3 bench/plot_ratio.py RESULTS.json OUT.png
+    /usr/bin/python3 bench/plot_ratio.py RESULTS.json OUT.png [--ort]
 
 Two bars per shape (need_weights true and false), a line at ratio 1 (as fast as PyTorch)
-and a note in the title. Needs matplotlib (Debian: python3-matplotlib).
+and a note in the title. With --ort, the ratio against ONNX Runtime, ort_ms / mha_ms (the
+JSON's "ort_ratio"), instead. Needs matplotlib (Debian: python3-matplotlib).
 """
 import json
 import sys
@@ -15,8 +16,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4) or sys.argv[3:] not in ([], ["--ort"]):
         sys.exit(__doc__)
+    key, engine, engine_ms = ("ort_ratio", "ONNX Runtime", "ort_ms") if sys.argv[3:] else ("ratio", "torch.nn.MultiheadAttention", "torch_ms")
     with open(sys.argv[1]) as f:
         results = json.load(f)
     rows = results["rows"]
@@ -25,7 +27,9 @@ def main():
         shape = (r["L"], r["N"], r["E"], r["H"])
         if shape not in shapes:
             shapes.append(shape)
-    ratio = {(r["L"], r["N"], r["E"], r["H"], r["need_weights"]): r["ratio"] for r in rows}
+    if any(key not in r for r in rows):
+        sys.exit(f"plot_ratio: {sys.argv[1]} has no {key} in every row (a run without {engine}?)")
+    ratio = {(r["L"], r["N"], r["E"], r["H"], r["need_weights"]): r[key] for r in rows}
     threads = rows[0]["threads"]
 
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
@@ -38,8 +42,8 @@ def main():
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(shapes)))
     ax.set_xticklabels([f"L={L} N={N}\nE={E} H={H}" for L, N, E, H in shapes])
-    ax.set_ylabel("ratio = torch_ms / mha_ms")
-    ax.set_title(f"mha vs torch.nn.MultiheadAttention, float32, CPU, {threads} threads\n"
+    ax.set_ylabel(f"ratio = {engine_ms} / mha_ms")
+    ax.set_title(f"mha vs {engine}, float32, CPU, {threads} threads\n"
                  "above the dashed line: mha is faster", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
