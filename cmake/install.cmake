@@ -3,8 +3,8 @@
 # `import mha.io;`, `import mha.golden;`).
 #
 #   <prefix>/lib/libmha.a
-#   <prefix>/include/mha/*.cppm, io/, golden/, third_party.hpp
-#                                                   module units and their GMF header
+#   <prefix>/include/mha/*.cppm, io/, golden/, third_party*.hpp
+#                                                   module units and their GMF headers
 #   <prefix>/lib/cmake/mha/                         mhaConfig.cmake, version, targets
 #   <prefix>/bin/mha-golden                         the golden-case checker
 include(GNUInstallDirs)
@@ -12,7 +12,8 @@ include(CMakePackageConfigHelpers)
 
 set(MHA_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/mha" CACHE STRING "Where mhaConfig.cmake is installed")
 
-# Consumers compile the interface units themselves; each includes "third_party.hpp",
+# Consumers compile the interface units themselves; each includes "third_party.hpp" or one
+# of the two shorter lists it is built from,
 # found in include/mha (next to the units of mha, on the include path for those in io/ and
 # golden/), and consumers include it before `import mha;`.
 target_include_directories(mha PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/mha>)
@@ -21,7 +22,7 @@ install(TARGETS mha EXPORT mhaTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   FILE_SET CXX_MODULES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mha)
-install(FILES modules/third_party.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mha)
+install(FILES modules/third_party.hpp modules/third_party_json.hpp modules/third_party_core.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mha)
 install(TARGETS mha-golden RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT mhaTargets
   NAMESPACE mha::

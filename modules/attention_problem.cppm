@@ -10,7 +10,7 @@
 // Legend: L = target length, S = source length (with bias_k and the zero key, if any),
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, b = n*H + h.
 module;
-#include "third_party.hpp"
+#include "third_party_core.hpp"
 
 module mha:attention_problem;
 

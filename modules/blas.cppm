@@ -15,7 +15,7 @@
 // Every kernel gives PyTorch's results within the tests' tolerances: they differ only in
 // the last bits, as any two CPUs do. blas_kernel() says which one runs and why.
 module;
-#include "third_party.hpp"
+#include "third_party_core.hpp"
 
 export module mha:blas;
 

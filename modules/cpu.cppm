@@ -6,7 +6,7 @@
 // XSAVE state through the compiler's __builtin_cpu_supports), never from its model name,
 // so a CPU newer than any table still gets what its features allow.
 module;
-#include "third_party.hpp"
+#include "third_party_core.hpp"
 
 export module mha:cpu;
 

@@ -5,7 +5,7 @@
 // where PyTorch has a message (torch/nn/functional.py, multi_head_attention_forward).
 // Nothing is checked with assert(): the checks stay in Release builds.
 module;
-#include "third_party.hpp"
+#include "third_party_core.hpp"
 
 export module mha:error;
 

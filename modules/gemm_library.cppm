@@ -19,7 +19,7 @@
 // on threads of its own, one GEMM a thread, so each call holds OpenMP to one thread in the
 // calling thread for its duration, then puts back what it found.
 module;
-#include "third_party.hpp"
+#include "third_party_core.hpp"
 #if MHA_ONEDNN
 #include <dnnl.h>
 #endif

@@ -6,7 +6,7 @@
 // written out below rather than taken from <random>, whose distributions differ between
 // standard libraries.
 module;
-#include "third_party.hpp"
+#include "third_party_core.hpp"
 
 export module mha:random;
 

@@ -9,7 +9,7 @@
 // run_for_this_cpu() picks one at run time (:cpu): the library stays buildable and
 // runnable on any x86-64.
 module;
-#include "third_party.hpp"
+#include "third_party_core.hpp"
 
 module mha:softmax_kernels;
 

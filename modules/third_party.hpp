@@ -4,45 +4,12 @@
 // the global-module declarations of partitions that import each other, and reports
 // false ODR mismatches (in libstdc++'s <compare>) when their fragments include the
 // same headers in different orders; one shared list keeps them identical.
+//
+// The list is cut in three (third_party_core.hpp, third_party_json.hpp, then the rest
+// here), each including the one before; a unit that needs less includes less.
 #pragma once
 
-#include <algorithm>
-#include <atomic>
-#include <cmath>
-#include <compare>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <exception>
-#include <filesystem>
-#include <fstream>
-#include <functional>
-#include <initializer_list>
-#include <iterator>
-#include <limits>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <numbers>
-#include <optional>
-#include <random>
-#include <span>
-#include <stdexcept>
-#include <string>
-#include <string_view>
-#include <thread>
-#include <type_traits>
-#include <utility>
-#include <variant>
-#include <vector>
-
-// nlohmann_json includes <ranges> in C++20 mode; clang 16 cannot merge <ranges> across
-// module units, and the library needs none of it.
-#define JSON_HAS_RANGES 0
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
+#include "third_party_json.hpp"
 
 #include <xtensor/xarray.hpp>
 #include <xtensor/xmanipulation.hpp>

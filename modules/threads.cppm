@@ -14,7 +14,7 @@
 // process-wide: set_num_threads changes OpenBLAS for the whole program, and another part
 // of the program calling it changes what the library does.
 module;
-#include "third_party.hpp"
+#include "third_party_core.hpp"
 
 export module mha:threads;
 

@@ -6,7 +6,7 @@
 // read; then only the files asked for are read whole. As in a .safetensors file, integer
 // and bool arrays (a golden case's masks, say) are not weights and are left out.
 module;
-#include "third_party.hpp"
+#include "third_party_core.hpp"
 
 export module mha.io:npy_folder;
 

@@ -15,7 +15,7 @@
 //
 // Not part of the API: an implementation partition, namespace mha::detail.
 module;
-#include "third_party.hpp"
+#include "third_party_core.hpp"
 
 module mha.io:npy_header;
 

@@ -18,7 +18,7 @@
 //
 // Not part of the API: an implementation partition, namespace mha::detail.
 module;
-#include "third_party.hpp"
+#include "third_party_json.hpp"
 
 module mha.io:safetensors_header;
 
