@@ -51,6 +51,23 @@ foreach(target_file IN LISTS target_files)
     endforeach()
   endforeach()
 endforeach()
+# Every quoted #include of an installed unit or header must be installed too, beside the
+# file or in include/mha (the include path): else only a build of the consumer would fail.
+file(GLOB_RECURSE installed_sources "${prefix}/include/mha/*.cppm" "${prefix}/include/mha/*.hpp")
+if(NOT installed_sources)
+  message(FATAL_ERROR "consumer test: no module unit installed under ${prefix}/include/mha")
+endif()
+foreach(source IN LISTS installed_sources)
+  file(STRINGS "${source}" include_lines REGEX "^#include \"")
+  get_filename_component(source_dir "${source}" DIRECTORY)
+  foreach(line IN LISTS include_lines)
+    string(REGEX REPLACE "^#include \"([^\"]+)\".*$" "\\1" header "${line}")
+    if(NOT EXISTS "${source_dir}/${header}" AND NOT EXISTS "${prefix}/include/mha/${header}")
+      message(FATAL_ERROR "consumer test: ${source} includes \"${header}\", which is not installed "
+                          "(expected it in ${source_dir} or ${prefix}/include/mha)")
+    endif()
+  endforeach()
+endforeach()
 # 2) configure the consumer with find_package(mha) searching only that prefix for mha
 step("configuring tests/consumer" ${CMAKE_COMMAND} -S "${MHA_SOURCE_DIR}/tests/consumer" -B "${work}/build" -G Ninja
      "-DCMAKE_BUILD_TYPE=${MHA_BUILD_TYPE}" "-DCMAKE_CXX_COMPILER=${MHA_CXX_COMPILER}"
