@@ -18,7 +18,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 def main():
     if len(sys.argv) not in (3, 4) or sys.argv[3:] not in ([], ["--ort"]):
         sys.exit(__doc__)
-    key, engine, engine_ms = ("ort_ratio", "ONNX Runtime", "ort_ms") if sys.argv[3:] else ("ratio", "torch.nn.MultiheadAttention", "torch_ms")
+    if sys.argv[3:]:
+        key, engine, engine_ms = "ort_ratio", "ONNX Runtime", "ort_ms"
+    else:
+        key, engine, engine_ms = "ratio", "torch.nn.MultiheadAttention", "torch_ms"
     with open(sys.argv[1]) as f:
         results = json.load(f)
     rows = results["rows"]
