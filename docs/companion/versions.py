@@ -6,8 +6,8 @@ docs/versions.md states about it:
 
 1. the API: no is_causal argument, no F._canonical_mask, no public
    F.scaled_dot_product_attention;
-2. the source lines of F.multi_head_attention_forward: the scaling, the average over
-   heads, the merge of the two masks;
+2. the source lines of F.multi_head_attention_forward: the scaling (a true float32
+   division, measured on 100 000 values), the average over heads, the merge of the two masks;
 3. need_weights=False computes the same softmax and returns None for the weights;
 4. the fused fast path, torch._native_multi_head_attention: which calls take it (a spy
    counts its calls), and that it computes what the slow path computes;
@@ -48,13 +48,37 @@ for line in ("B, Nt, E = q.shape",
     check(f"has: {line}", line in source)
 check("has no SDPA branch: no scaled_dot_product_attention call", "scaled_dot_product_attention" not in source)
 
-# q / sqrt(D) and q * sqrt(1/D) (2.x) are the same math; in float32 they can differ in the last bit.
+# q / sqrt(D) (1.13.1) and q * sqrt(1/D) (2.x) are the same math; in float32 they can differ
+# in the last bit. 1.13.1 divides: a true float32 division by the float32 of sqrt(D).
 q = torch.from_numpy(np.random.default_rng(3).standard_normal(100000).astype(np.float32))
+
+
+def units_in_last_place(got, want):
+    """The largest |got - want|, in units of the spacing of float32 numbers at |want|."""
+    return float(((got - want).abs() / torch.from_numpy(np.spacing(want.abs().numpy()))).max())
+
+
+expected = {4: (0, 0, 0), 6: (0, 241, 85068)}  # the page's table: division, reciprocal, 2.x
 for D in (4, 6):
-    a, b = q / math.sqrt(D), q * math.sqrt(1.0 / float(D))  # 1.13.1's line, and 2.x's
-    ulp = (a - b).abs().max() / torch.finfo(torch.float32).eps / a.abs().max()
-    print(f"  D = {D}: q / sqrt(D) and q * sqrt(1/D) differ in {int((a != b).sum())} of {q.numel()} values")
-    check(f"D = {D}: by at most one unit in the last place", bool(ulp <= 1))
+    divisor = np.float32(math.sqrt(D))
+    ours = q / math.sqrt(D)                                           # 1.13.1's line
+    division = torch.from_numpy(q.numpy() / divisor)                  # NumPy's float32 division
+    reciprocal = q * torch.tensor(np.float32(1.0) / divisor)          # times the float32 reciprocal
+    two_x = q * math.sqrt(1.0 / float(D))                             # 2.x's line
+    counts = tuple(int((ours != other).sum()) for other in (division, reciprocal, two_x))
+    print(f"  D = {D}: of {q.numel()} values, q / sqrt(D) differs from NumPy's float32 division in "
+          f"{counts[0]}, from times the reciprocal in {counts[1]}, from q * sqrt(1/D) in {counts[2]}")
+    check(f"D = {D}: the counts of the page's table, {expected[D]}", counts == expected[D])
+    if D == 6:
+        check("D = 6: sqrt(6) as float32 is 2.4494898", repr(divisor) == "2.4494898")
+        reciprocal_32 = np.float32(1.0) / divisor
+        multiplier_2x = np.float32(math.sqrt(1.0 / 6.0))
+        check("D = 6: the reciprocal is 0.40824828, 2.x's multiplier 0.4082483",
+              repr(reciprocal_32) == "0.40824828" and repr(multiplier_2x) == "0.4082483")
+        check("  ... one unit in the last place apart", np.nextafter(reciprocal_32, np.float32(1)) == multiplier_2x)
+        check("D = 6: the reciprocal's differences are 1 unit in the last place",
+              units_in_last_place(reciprocal, ours) == 1.0)
+        check("D = 6: 2.x's differences are at most 2 units", units_in_last_place(two_x, ours) <= 2.0)
 
 E, H, L, N = 8, 2, 5, 3
 torch.manual_seed(0)
@@ -133,8 +157,9 @@ try:
             fast_out, fast_w = m(x, x, x, key_padding_mask=kpm)
         slow_out, slow_w = m(x, x, x, key_padding_mask=kpm)  # grad enabled: slow path
         check("(the first call took the fast path, the second did not)", len(fast_calls) == before + 1)
-        print(f"  max |fast - slow|: attn_output {float((fast_out - slow_out).abs().max()):.1e}, "
-              f"weights {float((fast_w - slow_w).abs().max()):.1e}")
+        err_out, err_w = float((fast_out - slow_out).abs().max()), float((fast_w - slow_w).abs().max())
+        print(f"  max |fast - slow|: attn_output {err_out:.1e}, weights {err_w:.1e} (depend on the CPU's kernels)")
+        check("both below 1e-6, as the page says", err_out < 1e-6 and err_w < 1e-6)
         check("attn_output within float32's rtol 1.3e-6, atol 1e-5", close(fast_out, slow_out, 1.3e-6, 1e-5))
         check("attn_output_weights too", close(fast_w, slow_w, 1.3e-6, 1e-5))
         kpm[2, :] = True  # batch entry 2: every key padded
@@ -150,6 +175,8 @@ try:
             _, w_fast = m(x, x, x, key_padding_mask=kpm_float)
         _, w_slow = m(x, x, x, key_padding_mask=kpm_float)
         print(f"  weight on key 1: fast path {float(w_fast[0, 0, 1]):.4f}, slow path {float(w_slow[0, 0, 1]):.4f}")
+        check("the weight on key 1 of query 0: 0 and 0.0477, as the page says",
+              f"{float(w_fast[0, 0, 1]):.4f}" == "0.0000" and f"{float(w_slow[0, 0, 1]):.4f}" == "0.0477")
         check("fast path: a float key_padding_mask is made bool, so -1.0 masks the key", bool((w_fast[:, :, 1] == 0).all()))
         check("slow path: it is added to the scores, so the key keeps a weight", bool((w_slow[:, :, 1] > 0).all()))
         _, w_both = m(x, x, x, key_padding_mask=kpm_float, attn_mask=torch.zeros(L, L))
