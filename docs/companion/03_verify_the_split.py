@@ -5,6 +5,9 @@ Calls F.multi_head_attention_forward on the golden case self_seqfirst_f32, shows
 element [1] is (softmax weights averaged over heads, rows summing to 1), and checks a
 split the two right ways: against PyTorch's own _in_projection_packed, and by the whole
 forward, which a Q/K swap fails. The numbers checked are the ones the page prints.
+Last, the condition of docs/common-mistakes.md: the swap is invisible when the masks
+leave each query one visible key (attn_mask_bool_2d_key_padding_mask_bool_f32), and
+shows as soon as a row sees two keys.
 Run: /usr/bin/python3 docs/companion/03_verify_the_split.py
 """
 
@@ -73,4 +76,31 @@ wrong = mha(swapped)
 err = max_abs_err(wrong[0], t["attn_output"])
 print(f"  Q, K blocks swapped: max_abs_err = {err:.2f}")
 check("the swap differs by 1.71, as the page prints", f"{err:.2f}" == "1.71")
+
+print("-- 5) when a swap does not show: one visible key per row --")
+info2, t2 = load_case("attn_mask_bool_2d_key_padding_mask_bool_f32")
+x2 = t2["query"]  # self-attention: one object
+
+
+def mha2(in_proj_weight, key_padding_mask):
+    return F.multi_head_attention_forward(
+        x2, x2, x2, E, H, in_proj_weight, t2["in_proj_bias"], None, None, False, 0.0,
+        t2["out_proj.weight"], t2["out_proj.bias"], training=False,
+        attn_mask=t2["attn_mask"], key_padding_mask=key_padding_mask)
+
+
+W2 = t2["in_proj_weight"]
+swapped2 = torch.cat([W2[E:2 * E], W2[:E], W2[2 * E:]])
+kpm = t2["key_padding_mask"]
+visible = (~(t2["attn_mask"].unsqueeze(0) | kpm.unsqueeze(1))).sum(-1)  # (N, L): keys each row sees
+check("the masks leave every query exactly one visible key", bool((visible == 1).all()))
+right, wrong2 = mha2(W2, kpm), mha2(swapped2, kpm)
+check("S = 5 > 1, yet the swap gives the same output and weights, bit for bit",
+      torch.equal(right[0], wrong2[0]) and torch.equal(right[1], wrong2[1]))
+kpm_open = torch.zeros_like(kpm)  # no key padded: rows see the keys attn_mask leaves them
+check("(with the padding removed, every row sees two keys or more)",
+      bool(((~t2["attn_mask"]).sum(-1) >= 2).all()))
+err2 = max_abs_err(mha2(swapped2, kpm_open)[0], mha2(W2, kpm_open)[0])
+print(f"  the same case without its key_padding_mask: the swap moves attn_output by {err2:.2f}")
+check("... and then the swap shows (by more than 0.1)", err2 > 0.1)
 done()
