@@ -3,8 +3,8 @@
 
 Every number here comes from torch.nn.MultiheadAttention 1.13.1 running the golden cases
 the page uses: the causal mask, a bool mask and its float form, the SDPA reading of the
-same bool mask (True = attend), key padding, a fully masked row (NaN) and add_zero_attn
-(out_proj.bias). It also checks that 1.13.1's merge of two bool masks (logical_or) gives
+same bool mask (True = attend), key padding, a fully masked row (NaN), add_zero_attn
+(out_proj.bias) and add_bias_kv (bias_v through out_proj). It also checks that 1.13.1's merge of two bool masks (logical_or) gives
 what the additive merge of 2.x (and of this library) gives, and the unbatched shapes.
 Run: /usr/bin/python3 docs/companion/05_masks.py
 """
@@ -85,6 +85,16 @@ print(f"  weights[0, 2] = {w[0, 2].tolist()}")
 check("row 2 puts weight 1 on the extra key (index S)", w[0, 2].tolist() == [0.0] * 5 + [1.0])
 check("attn_output[2, n, :] == out_proj.bias for every n",
       all(close(out[2, n], t["out_proj.bias"], **info["tolerance"]) for n in range(out.shape[1])))
+
+print("-- 6b) add_bias_kv: the row attends to bias_k, its output is bias_v's --")
+info, t = load_case("add_bias_kv_rescues_fully_padded_batch_f32")
+out, w = forward(make_module(info, t), info, t)  # batch entry 1: every key padded
+check("batch entry 1: every query puts weight 1 on the appended key (index S)",
+      all(w[1, i].tolist() == [0.0] * 4 + [1.0] for i in range(w.shape[1])))
+from_bias_v = t["bias_v"].reshape(-1) @ t["out_proj.weight"].T + t["out_proj.bias"]  # (E)
+check("attn_output[:, 1, :] == bias_v W_o^T + b_o, not out_proj.bias",
+      all(close(out[i, 1], from_bias_v, **info["tolerance"]) for i in range(out.shape[0]))
+      and not close(out[0, 1], t["out_proj.bias"], **info["tolerance"]))
 
 print("-- 7) unbatched masks: key_padding_mask (S), attn_mask (H, L, S) --")
 info, t = load_case("attn_mask_bool_3d_key_padding_mask_unbatched_f32")

@@ -11,8 +11,9 @@ features are [one-hot position (6) | content (6)]:
 - both heads' values are the token's content; out_proj is the identity.
 
 Both queries are scaled so that a matching key scores 8 after PyTorch's 1/sqrt(D). The
-same in-projection in nn.MultiheadAttention(12, 1) -- one head of D = 12 that sees both
-query codes at once -- can only share one softmax between the two positions. Every weight
+same construction in nn.MultiheadAttention(12, 1) -- one head of D = 12 that sees both
+query codes at once, its query rescaled for D = 12 -- can only share one softmax between
+the two positions. Every weight
 and output here is PyTorch's own (average_attn_weights=False). The page's table is
 printed and checked against docs/why-heads.md (--update rewrites it there).
 Run: /usr/bin/python3 docs/companion/why_heads.py [--update]
@@ -74,7 +75,11 @@ check("output columns [0, P) hold the previous token's content (within 0.02)",
 check("output columns [P, 2P) hold the first token's content (within 0.02)",
       all(torch.allclose(out2[i, P:], content[0], atol=0.02) for i in rows))
 
-print("-- one head of D = 12, the same projections --")
+print("-- one head of D = 12: the same weights but for the query's scale --")
+check("in_proj_weight differs only in the query rows, by sqrt(12) / sqrt(6)",
+      torch.equal(two.in_proj_weight[E:], one.in_proj_weight[E:])
+      and torch.allclose(two.in_proj_weight[:E] * math.sqrt(2), one.in_proj_weight[:E], rtol=1e-15, atol=0))
+check("the key holds the position code in both halves", torch.equal(one.in_proj_weight[E:E + P], one.in_proj_weight[E + P:2 * E]))
 check("query i >= 2 shares its weight: between 0.49 and 0.5 on key i - 1 and on key 0",
       all(0.49 < w1[0, i, i - 1] <= 0.5 and 0.49 < w1[0, i, 0] <= 0.5 for i in rows))
 blend = [(content[i - 1] + content[0]) / 2 for i in range(L)]
