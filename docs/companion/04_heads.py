@@ -6,10 +6,11 @@ golden case attn_mask_float_2d_f32, repeats the page's steps with torch operatio
 view and transpose into (N*H, L, D), q / sqrt(D), baddbmm with the mask, softmax, bmm,
 merge, out_proj, weights summed over heads / H -- and checks them against PyTorch's
 result and the numbers the page prints. Then the rule b = n*H + h for a 3-D mask, and
-the shapes of unbatched input.
+the shapes of unbatched input, and where 1.13.1 merges the masks in its source.
 Run: /usr/bin/python3 docs/companion/04_heads.py
 """
 
+import inspect
 import math
 
 import torch
@@ -85,4 +86,16 @@ for name, expect in [("per_head_weights_unbatched_f64", (4, 4, 3)),    # (H, L, 
           f"[0] {tuple(o.shape)}, [1] {shape}")
     check(f"{name}: [1] is {expect}", shape == expect)
     check(f"{name}: [0] is (L, E) and PyTorch's", o.dim() == 2 and close(o, tt["attn_output"], **i["tolerance"]))
+
+print("-- 6) where 1.13.1 merges the masks: after add_zero_attn, before the scaling --")
+source = inspect.getsource(F.multi_head_attention_forward)
+order = ["q = q.contiguous().view(tgt_len, bsz * num_heads, head_dim).transpose(0, 1)",  # step 1
+         "if add_zero_attn:",
+         "key_padding_mask = key_padding_mask.view(bsz, 1, 1, src_len)",                 # the merge
+         "attn_mask = attn_mask.logical_or(key_padding_mask)",
+         "new_attn_mask.masked_fill_(attn_mask, float(\"-inf\"))",                       # bool -> float
+         "q_scaled = q / math.sqrt(E)"]                                                     # step 2
+where = [source.find(line) for line in order]
+check("each line is in F.multi_head_attention_forward", all(w >= 0 for w in where))
+check("split heads < add_zero_attn < merge < bool -> float < scaling", where == sorted(where))
 done()
