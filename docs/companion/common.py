@@ -90,6 +90,25 @@ def in_projection_spy():
         F._in_projection_packed, F._in_projection = packed, separate
 
 
+def read_safetensors(path):
+    """{name: torch tensor} of a float32/float64 .safetensors file, read by hand as its format
+    says (Debian has no safetensors package): 8 bytes of header length (little-endian), the
+    JSON header, then the data at each tensor's data_offsets."""
+    raw = Path(path).read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    dtypes = {"F32": np.float32, "F64": np.float64}
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        array = np.frombuffer(data[begin:end], dtype=dtypes[entry["dtype"]]).reshape(entry["shape"])
+        tensors[name] = torch.from_numpy(array.copy())
+    return tensors
+
+
 def close(got, expected, rtol, atol):
     """|got - expected| <= atol + rtol |expected| everywhere, NaN equal to NaN, shapes equal."""
     got = torch.as_tensor(got).detach().double()

@@ -53,4 +53,25 @@ check("without rescaling: 1.0146 0.7067, off by 0.45, as the page prints",
 nan_row, _ = online(torch.full_like(s, -math.inf), 3)
 check("a row of -inf: NaN, as torch.softmax gives",
       bool(torch.isnan(nan_row).all()) and bool(torch.isnan(torch.softmax(torch.full_like(s, -math.inf), 0)).all()))
+
+print("-- the page's exercises (answers in docs/solutions.md) --")
+for tile in range(1, 9):
+    got, tr = online(s, tile)
+    check(f"tiles of {tile}: o / l equals torch.softmax(s) @ v", close(got, whole, 1e-12, 1e-15))
+    if tile == 1:
+        corrections = [f"{c:.4f}" for _, _, c, _ in tr]
+        print(f"  tiles of 1: corrections {corrections}")
+        check("exercise 1: tiles of 1, corrections below 1 at keys 2 and 6: 0.2231, 0.1353",
+              [c for c in corrections[1:] if c != "1.0000"] == ["0.2231", "0.1353"]
+              and corrections[2] == "0.2231" and corrections[6] == "0.1353")
+    if tile == 8:
+        check("exercise 2: one tile of 8, one correction, 0 (the first tile): nothing rescaled",
+              [c for _, _, c, _ in tr] == [0.0])
+shifted, tr_shifted = online(s + 100.0, 3)
+check("exercise 3: every score + 100: m + 100, the same l and o / l",
+      [f"{m - 100:.4f}" for _, m, _, _ in tr_shifted] == [f"{m:.4f}" for _, m, _, _ in trace]
+      and [f"{l:.4f}" for *_, l in tr_shifted] == [f"{l:.4f}" for *_, l in trace] and close(shifted, whole, 1e-12, 1e-12))
+mib = lambda n: n * 4 / 2**20  # noqa: E731: float32 bytes, in MiB
+check("exercise 4: (N*H, L, S) = (32, 4096, 4096) float32 scores: 2048 MiB; a (128, 256) tile: 128 KiB",
+      mib(2 * 16 * 4096 * 4096) == 2048 and 128 * 256 * 4 == 128 * 1024)
 done()
