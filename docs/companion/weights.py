@@ -174,4 +174,16 @@ pk = x[:, 0] @ llama_kv(meta_to_hf(theirs["k_proj.weight"], info["num_key_value_
 scores = lambda a, c: torch.einsum("ihd,jhd->hij", a.view(-1, Hq, D_l), c.view(-1, Hq, D_l))  # noqa: E731
 check("the same permutation of q's and k's head dimensions: every q.k the same (within 1e-5)",
       close(scores(pq, pk), scores(xq, xk), 1e-5, 1e-5) and not torch.equal(pq, xq))
+
+print("-- the page's exercises (answers in docs/solutions.md) --")
+c_attn = torch.arange(512 * 1536, dtype=torch.float32).reshape(512, 1536)  # GPT-2's (E, 3E), E = 512
+check("exercise 1: columns [512, 1024) of c_attn.weight are rows [512, 1024) of in_proj_weight (W_k)",
+      torch.equal(c_attn.T[512:1024], c_attn[:, 512:1024].T))
+for name, row in (("gpt_neox", 5), ("megatron_v1", 4)):
+    info, theirs, ours, x, want = load_layout(name)
+    check(f"exercise 2: {name}: PyTorch's row 13 is row {row} of query_key_value.weight",
+          torch.equal(ours["in_proj_weight"][13], theirs["query_key_value.weight"][row]))
+info, theirs, ours, x, want = load_layout("llama")
+check("exercise 3: llama: query head 3 reads key head 1, rows [4, 8) of k_proj.weight",
+      torch.equal(ours["in_proj_weight"][16 + 12:16 + 16], theirs["k_proj.weight"][4:8]))
 done()

@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""Companion to the "Check yourself" questions at the end of each chapter (00 to 12).
+
+docs/solutions.md answers them; every answer that is a shape, a number or a behaviour
+of PyTorch is checked here against torch.nn.MultiheadAttention 1.13.1 itself, so the
+answer key cannot drift from what PyTorch does.
+Run: /usr/bin/python3 docs/companion/self_checks.py
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from common import check, done, forward, in_projection_spy, load_case, make_module, title
+
+title("self-checks: the answers of solutions.md")
+torch.manual_seed(0)
+
+print("-- 00 what attention computes --")
+m = torch.nn.MultiheadAttention(8, 1).eval()  # one head, D = E = 8
+q_in, kv = torch.randn(5, 1, 8), torch.randn(7, 1, 8)
+out, w = m(q_in, kv, kv)
+check("L = 5 queries, S = 7 keys: weights (5, 7) per batch entry, rows summing to 1",
+      tuple(w.shape) == (1, 5, 7) and torch.allclose(w.sum(-1), torch.ones(1, 5)))
+check("E = 512, H = 8: D = 64", torch.nn.MultiheadAttention(512, 8).head_dim == 64)
+with torch.no_grad():
+    m.out_proj.weight.copy_(torch.eye(8))
+    m.out_proj.bias.zero_()
+    one_hot = torch.full((5, 7), float("-inf"))
+    one_hot[:, 3] = 0.0  # every query may see key 3 only: weight 1
+    out, w = m(q_in, kv, kv, attn_mask=one_hot)
+    v3 = kv[3] @ m.in_proj_weight[16:].T + m.in_proj_bias[16:]
+check("weight 1 on key 3: the output (before out_proj) is v_3", torch.allclose(out[:, 0], v3.expand(5, 8), atol=1e-6))
+
+print("-- 01 the packed layout --")
+big = torch.nn.MultiheadAttention(512, 8)
+check("(512, 8): in_proj_weight (1536, 512), in_proj_bias (1536)",
+      tuple(big.in_proj_weight.shape) == (1536, 512) and tuple(big.in_proj_bias.shape) == (1536,))
+check("the same shapes for H = 1, 2, 4, 16: num_heads is not in them",
+      all(tuple(torch.nn.MultiheadAttention(512, h).in_proj_weight.shape) == (1536, 512) for h in (1, 2, 4, 16)))
+bound = math.sqrt(6 / (512 + 3 * 512))
+check("xavier_uniform over (1536, 512): within sqrt(6 / 4E) = 0.0541",
+      f"{bound:.4f}" == "0.0541" and float(big.in_proj_weight.abs().max()) <= bound)
+
+print("-- 02 projections by hand --")
+info, t = load_case("self_seqfirst_f32")
+with in_projection_spy() as seen:
+    forward(make_module(info, t), info, t)
+check("query (5, 3, 8) -> q (5, 3, 8)", tuple(t["query"].shape) == (5, 3, 8) and tuple(seen[0][0].shape) == (5, 3, 8))
+check("bias=False: in_proj_bias is None", torch.nn.MultiheadAttention(8, 2, bias=False).in_proj_bias is None)
+
+print("-- 03 verifying the split --")
+module = make_module(info, t)
+_, w = forward(module, info, t)
+check("element [1]: (N, L, S) = (3, 5, 5), rows summing to 1",
+      tuple(w.shape) == (3, 5, 5) and torch.allclose(w.sum(-1), torch.ones(3, 5)))
+
+print("-- 04 heads --")
+q = seen[0][0]
+qh = q.contiguous().view(5, 3 * 2, 4).transpose(0, 1)
+check("q (5, 3, 8), H = 2: qh (6, 5, 4)", tuple(qh.shape) == (6, 5, 4))
+N, H = 3, 4
+b = torch.arange(N * H).view(N, H)  # b = n*H + h
+check("N = 3, H = 4: head 1 of batch entry 2 is batch-head 9", int(b[2, 1]) == 9)
+_, per_head = forward(module, info, t, average_attn_weights=False)
+check("weights (N, L, S) by default, (N, H, L, S) per head",
+      tuple(w.shape) == (3, 5, 5) and tuple(per_head.shape) == (3, 2, 5, 5))
+
+print("-- 05 masks --")
+causal = torch.triu(torch.ones(3, 3, dtype=torch.bool), diagonal=1)
+check("the causal mask for L = 3: True above the diagonal",
+      causal.tolist() == [[False, True, True], [False, False, True], [False, False, False]])
+m = torch.nn.MultiheadAttention(8, 2).eval()
+x = torch.randn(3, 1, 8)
+_, w = m(x, x, x, attn_mask=causal)
+check("True = masked: query 0 puts weight 1 on key 0", w[0, 0].tolist() == [1.0, 0.0, 0.0])
+all_masked = torch.ones(3, 3, dtype=torch.bool)
+out, _ = m(x, x, x, attn_mask=all_masked)
+check("every key masked: NaN", bool(torch.isnan(out).all()))
+zero = torch.nn.MultiheadAttention(8, 2, add_zero_attn=True).eval()
+out, _ = zero(x, x, x, attn_mask=all_masked)
+check("add_zero_attn: attn_output = out_proj.bias", torch.allclose(out[:, 0], zero.out_proj.bias.expand(3, 8)))
+kv_bias = torch.nn.MultiheadAttention(8, 2, add_bias_kv=True).eval()
+out, _ = kv_bias(x, x, x, attn_mask=all_masked)
+expected = kv_bias.bias_v.reshape(8) @ kv_bias.out_proj.weight.T + kv_bias.out_proj.bias
+check("add_bias_kv: attn_output = bias_v W_o^T + b_o", torch.allclose(out[:, 0], expected.expand(3, 8), atol=1e-6))
+
+print("-- 06 kdim, vdim --")
+sep = torch.nn.MultiheadAttention(8, 2, kdim=5, vdim=3)
+check("kdim 5, vdim 3: q/k/v_proj_weight (8, 8), (8, 5), (8, 3); in_proj_weight None",
+      [tuple(sep.q_proj_weight.shape), tuple(sep.k_proj_weight.shape), tuple(sep.v_proj_weight.shape)]
+      == [(8, 8), (8, 5), (8, 3)] and sep.in_proj_weight is None)
+check("kdim = vdim = 4 != E = 8: no in_proj_weight either", torch.nn.MultiheadAttention(8, 2, kdim=4, vdim=4).in_proj_weight is None)
+check("in_proj_bias stays one (3E) parameter", tuple(sep.in_proj_bias.shape) == (24,))
+key, value = torch.randn(6, 2, 5), torch.randn(6, 2, 3)
+seen = []
+original = F._in_projection
+F._in_projection = lambda *a, **k: seen.append(original(*a, **k)) or seen[-1]
+try:
+    sep(torch.randn(4, 2, 8), key, value)
+finally:
+    F._in_projection = original
+check("key (S, N, kdim) = (6, 2, 5) -> k (6, 2, 8): E features", tuple(seen[0][1].shape) == (6, 2, 8))
+
+print("-- 07 attention maps --")
+drop = torch.nn.MultiheadAttention(8, 2, dropout=0.5).train()
+x = torch.randn(6, 1, 8)
+sums = torch.cat([drop(x, x, x, average_attn_weights=False)[1].sum(-1).flatten() for _ in range(5)])
+check("training, dropout 0.5: some rows of the returned weights sum to more than 1", bool((sums > 1).any()))
+
+print("-- 10 a worked example --")
+info, t = load_case("worked_example_f64")
+module = make_module(info, t)
+_, w = forward(module, info, t, average_attn_weights=False)
+check("head 1, query 2: weights [1/3, 1/3, 1/3]", torch.allclose(w[0, 1, 2], torch.full((3,), 1 / 3, dtype=torch.float64)))
+check("query 0, key 0: (0.1400 + 0.2483) / 2 = 0.1941", f"{float(w[0, :, 0, 0].mean()):.4f}" == "0.1941")
+
+print("-- 11 the backward pass --")
+m = torch.nn.MultiheadAttention(8, 2, dtype=torch.float64)
+x = torch.randn(4, 1, 8, dtype=torch.float64, requires_grad=True)
+mask = torch.zeros(4, 4, dtype=torch.float64, requires_grad=True)
+m(x, x, x, attn_mask=mask)[0].sum().backward()
+check("a float attn_mask that requires grad gets a gradient of 0 in every row sum",
+      float(mask.grad.sum(-1).abs().max()) < 1e-12)
+
+print("-- 12 train it --")
+check("a uniform guess among 8 tokens: loss log 8 = 2.08", f"{math.log(8):.2f}" == "2.08")
+done()
