@@ -7,7 +7,7 @@ and checks every number the page works out by hand: the projections of x_0, the 
 scores, the weights and outputs of query 0 in both heads, out_proj, and the averaged
 weights. Then the answers of the page's exercises (docs/solutions.md): query 1 through
 head 0, W_q and W_k exchanged (and when that changes nothing: a symmetric W_k that stays
-inside each head), and b_v = 0.
+inside each head), and b_v = 0. Chapter 00 quotes the scores and weights of query 0 too.
 Run: /usr/bin/python3 docs/companion/10_worked_example.py
 """
 
