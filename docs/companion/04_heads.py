@@ -16,7 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from common import check, close, done, forward, in_projection_spy, load_case, make_module, title
+from common import check, close, done, forward, in_projection_spy, load_case, make_module, max_abs_err, title
 
 title("04 heads")
 info, t = load_case("attn_mask_float_2d_f32")
@@ -86,6 +86,19 @@ for name, expect in [("per_head_weights_unbatched_f64", (4, 4, 3)),    # (H, L, 
           f"[0] {tuple(o.shape)}, [1] {shape}")
     check(f"{name}: [1] is {expect}", shape == expect)
     check(f"{name}: [0] is (L, E) and PyTorch's", o.dim() == 2 and close(o, tt["attn_output"], **i["tolerance"]))
+
+print("-- the answer of exercise 1: the same parameters with H = 1 and H = 4 --")
+expected = {1: ("0.437", -0.295660, 0.018991), 4: ("0.324", -0.236530, 0.049432)}  # solutions.md
+for heads in (1, 4):
+    other = torch.nn.MultiheadAttention(E, heads).eval()
+    other.load_state_dict(module.state_dict())  # num_heads is not in the state_dict: it loads
+    o, w = forward(other, info, t)
+    err = max(max_abs_err(o, t["attn_output"]), max_abs_err(w, t["attn_output_weights"]))
+    print(f"  H = {heads}: attn_output[0, 0, 0] = {float(o[0, 0, 0]):.6f}, weights[0, 0, 0] = {float(w[0, 0, 0]):.6f}, "
+          f"max_abs_err = {err:.3f}")
+    err_text, out0, w0 = expected[heads]
+    check(f"H = {heads}: max_abs_err {err_text} and the first values, as tutorial 04 prints them",
+          f"{err:.3f}" == err_text and abs(float(o[0, 0, 0]) - out0) < 1e-6 and abs(float(w[0, 0, 0]) - w0) < 1e-6)
 
 print("-- 6) where 1.13.1 merges the masks: after add_zero_attn, before the scaling --")
 source = inspect.getsource(F.multi_head_attention_forward)
