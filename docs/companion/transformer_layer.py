@@ -55,6 +55,19 @@ check("self_attn is an nn.MultiheadAttention(8, 2); activation relu; norm_first 
       isinstance(layer0.self_attn, torch.nn.MultiheadAttention) and layer0.self_attn.num_heads == 2
       and layer0.activation is F.relu and layer0.norm_first is False)
 
+fused, fused_calls = torch._transformer_encoder_layer_fwd, []
+torch._transformer_encoder_layer_fwd = lambda *a, **k: fused_calls.append(1) or fused(*a, **k)
+try:
+    with torch.no_grad():
+        layer0(src)                                      # sequence-first: the written-out path
+        check("the shipped (sequence-first) layer never takes the fused path, even under no_grad",
+              len(fused_calls) == 0)
+        batch_first = torch.nn.TransformerEncoderLayer(E, H, FF, dropout=0.0, batch_first=True).eval()
+        batch_first(src.transpose(0, 1))
+        check("(a batch_first=True layer in eval mode under no_grad does)", len(fused_calls) == 1)
+finally:
+    torch._transformer_encoder_layer_fwd = fused
+
 print("-- 2) what self_attn is given --")
 calls = []
 hook = layer0.self_attn.register_forward_pre_hook(lambda m, args: calls.append(args))
