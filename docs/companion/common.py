@@ -3,7 +3,8 @@
 The snippets in this folder reproduce the numbers of the course pages with real PyTorch,
 the version that made the golden cases: 1.13.1, Debian's python3-torch, run as
 /usr/bin/python3. This file only reads golden/cases/ (the format is golden/FORMAT.md) and
-builds the `torch.nn.MultiheadAttention` a case describes; it computes nothing itself.
+safetensors files, and builds the `torch.nn.MultiheadAttention` a case describes; it
+computes nothing itself.
 
 Legend: L = target length, S = source length, N = batch, E = embed_dim, H = num_heads,
 D = E / H.
