@@ -9,6 +9,10 @@
 //   a) against PyTorch's own in-projection (_in_projection_packed), which the golden case
 //      records as q.npy, k.npy, v.npy;
 //   b) by reproducing the whole forward pass and comparing its output (and weights).
+// Last, it swaps the Q and K blocks. That shows in the output only through a row of
+// weights that changes: a row that sees one key only, or none, or whose swapped scores
+// differ from the right ones by a constant along the row, keeps its output. On a case
+// where every row is such a row, the program says so and checks the output is unchanged.
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 #include <CLI/CLI.hpp>
@@ -16,6 +20,52 @@
 #include "tutorial.hpp"
 
 namespace {
+
+// in_proj_weight with its Q and K row blocks exchanged: [W_k; W_q; W_v]. (3E, E)
+template <class T>
+xt::xtensor<T, 2> swap_q_and_k(const xt::xtensor<T, 2>& in_proj_weight) {
+  xt::xtensor<T, 2> swapped = in_proj_weight;  // (3E, E)
+  const std::size_t E = swapped.shape(1);
+  xt::view(swapped, xt::range(0, E), xt::all()) = xt::view(in_proj_weight, xt::range(E, 2 * E), xt::all());
+  xt::view(swapped, xt::range(E, 2 * E), xt::all()) = xt::view(in_proj_weight, xt::range(0, E), xt::all());
+  return swapped;
+}
+
+// The rows of the per-head attention weights, sorted by what a Q/K swap does to them.
+struct Rows {
+  std::size_t total = 0, changed = 0, one_key = 0, no_key = 0, shifted = 0;
+};
+
+// Runs the right and the swapped module with per-head weights and no dropout (which would
+// hide a key at random), and compares them row by row: output = weights v, with the same
+// v on both sides, so a row whose weights the swap leaves alone keeps its output.
+template <class T>
+Rows classify_rows(mha::MultiheadAttention<T> right, mha::MultiheadAttention<T> swapped, const mha::Case<T>& c) {
+  auto probe = c;
+  probe.forward.need_weights = true, probe.forward.average_attn_weights = false;
+  probe.forward.dropout_mask.reset();
+  right.train(false), swapped.train(false);
+  const xt::xarray<T> w = tutorial::weights(mha::run_forward(right, probe));     // ([N,] H, L, S')
+  const xt::xarray<T> w2 = tutorial::weights(mha::run_forward(swapped, probe));  // ([N,] H, L, S')
+  const std::size_t S = w.shape(w.dimension() - 1), R = w.size() / S;
+  const auto a = xt::reshape_view(w, {R, S}), b = xt::reshape_view(w2, {R, S});  // (rows, S')
+  Rows rows;  // one_key: the others masked, or their weights 0 in float; no_key: nan rows
+  rows.total = R;
+  for (std::size_t r = 0; r < R; ++r) {
+    std::size_t seen = 0;  // keys with a weight: the others are masked (or underflow to 0)
+    bool same = true;
+    for (std::size_t j = 0; j < S; ++j) {
+      seen += a(r, j) > 0;
+      same = same && (a(r, j) == b(r, j) || (std::isnan(a(r, j)) && std::isnan(b(r, j))) ||
+                      std::abs(a(r, j) - b(r, j)) <= c.info.atol + c.info.rtol * std::abs(a(r, j)));
+    }
+    if (!same) ++rows.changed;
+    else if (std::isnan(a(r, 0))) ++rows.no_key;  // no key seen, or a nan in the inputs
+    else if (seen == 1) ++rows.one_key;
+    else ++rows.shifted;
+  }
+  return rows;
+}
 
 template <class T>
 int run(const std::string& case_name) {
@@ -35,11 +85,29 @@ int run(const std::string& case_name) {
   while (map.dimension() > 2) map = xt::view(map, 0);  // (L, S)
   const std::string which = std::string(batched ? "batch 0" : "") + (batched && per_head ? ", " : "") +
                             (per_head ? "head 0" : "") + (batched || per_head ? ": " : "");
-  tutorial::values("[1]: " + which + "rows sum to 1", map, 3);
+  // In training with dropout, PyTorch returns the weights after dropout: kept weights are
+  // scaled by 1 / (1 - p), dropped ones are 0, so a row sums to 1 only on average.
+  const double p = c.info.training ? c.info.options.dropout : 0.0;
+  tutorial::values("[1]: " + which + (p > 0 ? "softmax, then dropout" : "rows sum to 1"), map, 3);
   fmt::print("  row sums:");
-  for (std::size_t i = 0; i < map.shape(0); ++i) fmt::print(" {:.4f}", double(xt::sum(xt::view(map, i))()));
-  fmt::print("\n  These are softmax probabilities over the keys, {}.\n",
-             per_head ? "one map per head (average_attn_weights=False)" : "after the heads were averaged");
+  bool nan_row = false;
+  for (std::size_t i = 0; i < map.shape(0); ++i) {
+    const double sum = xt::sum(xt::view(map, i))();
+    nan_row = nan_row || std::isnan(sum);
+    fmt::print(" {}", std::isnan(sum) ? "nan" : fmt::format("{:.4f}", sum));  // not "-nan"
+  }
+  if (p > 0)
+    fmt::print(
+        "\n  These are softmax probabilities after dropout (training, p = {}): each weight\n"
+        "  is dropped (0) or kept and scaled by 1 / (1 - p) = {:.4f}, so rows need not sum to 1.\n",
+        p, 1.0 / (1.0 - p));
+  else
+    fmt::print("\n  These are softmax probabilities over the keys, {}.\n",
+               per_head ? "one map per head (average_attn_weights=False)" : "after the heads were averaged");
+  if (nan_row)
+    fmt::print(
+        "  A row of nan: all its keys are masked (a softmax of -inf only is 0 / 0), or a nan\n"
+        "  in the inputs reached its scores.\n");
 
   tutorial::step(2, "the projections it is mistaken for");
   const auto qkv = mha::run_in_projection(module, c);  // q (L, N, E), k (S, N, E), v (S, N, E)
@@ -70,21 +138,26 @@ int run(const std::string& case_name) {
   verdict.matches("attn_output vs PyTorch's", out.attn_output, c.expected.at("attn_output"));
   verdict.matches("attn_output_weights vs PyTorch's", weights, c.expected.at("attn_output_weights"));
 
-  tutorial::step(5, "a wrong split fails right way b) too");
+  tutorial::step(5, "a wrong split fails right way b) too, where the scores matter");
   // Swap the Q and K row blocks: the K -> Q -> V mistake of tutorial 02.
-  xt::xtensor<T, 2> swapped = tutorial::parameter(c, "in_proj_weight");  // (3E, E)
-  const std::size_t E = swapped.shape(1);
-  const xt::xtensor<T, 2> w_q = xt::view(swapped, xt::range(0, E), xt::all());
-  xt::view(swapped, xt::range(0, E), xt::all()) = xt::view(swapped, xt::range(E, 2 * E), xt::all());
-  xt::view(swapped, xt::range(E, 2 * E), xt::all()) = w_q;
-  module.set_parameter("in_proj_weight", swapped);
-  const auto wrong = mha::run_forward(module, c);
-  if (qkv.k.shape(0) > 1)
+  auto wrong_module = tutorial::reference_module(c);
+  wrong_module.set_parameter("in_proj_weight", swap_q_and_k<T>(tutorial::parameter(c, "in_proj_weight")));
+  const auto wrong = mha::run_forward(wrong_module, c);
+  const auto rows = classify_rows(module, wrong_module, c);
+  fmt::print("  rows of the weights (batch, head, query): {}, changed by the swap: {}\n", rows.total, rows.changed);
+  fmt::print("  unchanged: {} weigh one key only, {} are nan, {} shifted by a constant\n", rows.one_key, rows.no_key,
+             rows.shifted);
+  if (rows.changed > 0) {
     verdict.differs("Q, K blocks swapped: attn_output vs PyTorch's", wrong.attn_output, c.expected.at("attn_output"));
-  else  // softmax over one key is 1 whatever the scores: q and k cannot matter
+  } else {  // the output cannot tell: say why, and check that it indeed does not
     fmt::print(
-        "  S = 1: the one key gets weight 1 whatever q and k are, so this check\n"
-        "  cannot see a Q/K swap. Choose a case with S > 1.\n");
+        "  A row's output is unchanged by the swap when the row sees one key only (its\n"
+        "  weight is 1 whatever q and k are), no key (0 / 0 = nan either way), or when\n"
+        "  the swapped scores differ from the right ones by a constant along the row\n"
+        "  (softmax ignores it). Every row here is such a row, so this case cannot show\n"
+        "  a Q/K swap; one where a row sees two keys or more can (the default case).\n");
+    verdict.matches("Q, K swapped: attn_output unchanged", wrong.attn_output, c.expected.at("attn_output"));
+  }
 
   return verdict.finish();
 }
@@ -94,7 +167,7 @@ int run(const std::string& case_name) {
 int main(int argc, char** argv) try {
   CLI::App app{"Tutorial 03: verifying the in_proj_weight split"};
   std::string case_name = "self_seqfirst_f32";
-  app.add_option("--case", case_name, "golden case (packed, with q.npy, need_weights) to verify against");
+  app.add_option("--case", case_name, "golden case (packed, need_weights, no expected error) to verify against");
   CLI11_PARSE(app, argc, argv);
 
   tutorial::title("03", "the right way to verify the split",
@@ -102,6 +175,11 @@ int main(int argc, char** argv) try {
                   "              weights (N, L, S), not Q, K, V; compare with _in_projection_packed\n"
                   "              or with the whole forward output instead.");
   const auto info = mha::read_case_info(tutorial::case_dir(case_name));
+  tutorial::refuse_error_case(info);
+  tutorial::refuse_unless(info.need_weights, info,
+                          "has need_weights=False: element [1] is None, and step 1 is about it");
+  tutorial::refuse_unless(std::filesystem::exists(info.dir / "in_proj_weight.npy"), info,
+                          "has separate q/k/v_proj_weight (kdim or vdim != E): no in_proj_weight to split");
   return info.dtype == "float32" ? run<float>(case_name) : run<double>(case_name);
 } catch (const std::exception& e) {  // a case this tutorial cannot take, or a file it cannot read
   fmt::print("error: {}\n", e.what());

@@ -100,6 +100,20 @@ inline std::filesystem::path project_path(const std::filesystem::path& relative)
 // The folder of a golden case.
 inline std::filesystem::path case_dir(std::string_view name) { return project_path("golden") / "cases" / name; }
 
+// A case a tutorial cannot reproduce is refused before it runs, with an mha::Error that
+// names the case and says why ("--case: NAME records an error ..."); the tutorial then ends
+// with "error: ..." and exit status 2, never with a MISMATCH it could not avoid.
+inline void refuse_unless(bool accepted, const mha::CaseInfo& info, std::string_view why) {
+  mha::check(accepted, "--case", "{} {}", info.name, why);
+}
+
+// The refusal every tutorial with --case shares: a case that records an error PyTorch
+// raised has no outputs to reproduce.
+inline void refuse_error_case(const mha::CaseInfo& info) {
+  refuse_unless(!info.expect_error, info,
+                "records an error PyTorch raised (expect_error), not outputs: choose a case that runs");
+}
+
 template <class T>
 mha::Case<T> load(std::string_view name) {
   const auto info = mha::read_case_info(case_dir(name));
