@@ -46,10 +46,8 @@ template <class T>
 int run(const std::string& case_name, std::size_t H) {
   const auto c = tutorial::load<T>(case_name);
   const auto& o = c.info.options;
-  if (o.add_bias_kv || o.add_zero_attn || c.query.dimension() != 3 || c.info.expect_error) {
-    fmt::print("This tutorial takes batched cases without add_bias_kv / add_zero_attn.\n");
-    return 2;
-  }
+  tutorial::refuse_unless(c.query.dimension() == 3, c.info,
+                          "is unbatched: this tutorial takes batched (L, N, E) or (N, L, E) cases");
   auto module = tutorial::reference_module(c);
   const std::size_t E = module.embed_dim(), D = E / H;
   if (E % H != 0) return fmt::print("--heads {} does not divide E = {}\n", H, E), 2;
@@ -87,7 +85,15 @@ int run(const std::string& case_name, std::size_t H) {
   // Step 2 of forward() (mha::prepare_masks), then the merge of step 7.
   const auto masks = mha::prepare_masks(c.forward.attn_mask, c.forward.key_padding_mask, c.forward.is_causal,
                                         c.forward.need_weights, /*batched=*/true, L, N, S, H);
-  const auto mask = mha::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or N*H, L, S)
+  // With the is_causal hint and need_weights=False the module takes attn_mask at its word
+  // and builds the causal mask itself (forward(), step 7): j > i is masked.
+  const auto mask = masks.causal_hint
+                        ? std::optional(mha::causal_attn_mask<T>(L, S))                     // (1, L, S)
+                        : mha::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or N*H, L, S)
+  if (masks.causal_hint)
+    fmt::print(
+        "  is_causal=True, need_weights=False: the causal mask (key j > query i masked)\n"
+        "  stands in for attn_mask, as in the module\n");
   if (mask) {
     tutorial::values("mask[0]", xt::view(*mask, 0), 4, 8);
     for (std::size_t b = 0; b < N * H; ++b) xt::view(scores, b) += xt::view(*mask, mask->shape(0) == 1 ? 0 : b);
@@ -135,7 +141,7 @@ int main(int argc, char** argv) try {
   CLI::App app{"Tutorial 04: heads, step by step"};
   std::string case_name = "attn_mask_float_2d_f32";
   std::size_t heads = 0;
-  app.add_option("--case", case_name, "golden case (batched, no add_bias_kv / add_zero_attn)");
+  app.add_option("--case", case_name, "golden case (batched, no add_bias_kv / add_zero_attn, no dropout)");
   app.add_option("--heads", heads, "split into this many heads instead of the case's (an exercise)");
   CLI11_PARSE(app, argc, argv);
 
@@ -143,6 +149,11 @@ int main(int argc, char** argv) try {
                   "Demonstrates: split E into H heads, scale q, q k^T, mask, softmax, . v,\n"
                   "              concatenate, out_proj; in PyTorch's order, to PyTorch's result.");
   const auto info = mha::read_case_info(tutorial::case_dir(case_name));
+  tutorial::refuse_error_case(info);
+  tutorial::refuse_unless(!info.options.add_bias_kv && !info.options.add_zero_attn, info,
+                          "has add_bias_kv or add_zero_attn: one more key, which this tutorial does not add");
+  tutorial::refuse_unless(!info.training || info.options.dropout == 0, info,
+                          "trains with dropout: PyTorch zeroed weights at random, a step this tutorial does not take");
   const std::size_t H = heads ? heads : static_cast<std::size_t>(info.options.num_heads);
   return info.dtype == "float32" ? run<float>(case_name, H) : run<double>(case_name, H);
 } catch (const std::exception& e) {  // a case this tutorial cannot take, or a file it cannot read
