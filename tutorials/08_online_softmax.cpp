@@ -34,12 +34,19 @@ xt::xarray<double> softmax_then_v(const xt::xarray<double>& s, const xt::xarray<
   return out;
 }
 
+// The result of the online softmax, and how many tiles after the first raised the running
+// maximum (each such tile rescales what was summed before it; with none, nothing is).
+struct Online {
+  xt::xarray<double> out;  // (D)
+  std::size_t rescales = 0;
+};
+
 // The same, tile by tile, with the running (m, l, o). With rescale=false it forgets to
 // rescale l and o when the maximum grows: the classic mistake.
-xt::xarray<double> online(const xt::xarray<double>& s, const xt::xarray<double>& v, std::size_t tile, bool rescale,
-                          bool print) {
+Online online(const xt::xarray<double>& s, const xt::xarray<double>& v, std::size_t tile, bool rescale, bool print) {
   const std::size_t S = s.size(), D = v.shape(1);
   double m = -inf, l = 0;
+  std::size_t rescales = 0;
   xt::xarray<double> o = xt::zeros<double>({D});
   for (std::size_t j0 = 0; j0 < S; j0 += tile) {
     const std::size_t j1 = std::min(S, j0 + tile);
@@ -50,6 +57,7 @@ xt::xarray<double> online(const xt::xarray<double>& s, const xt::xarray<double>&
     if (new_m == -inf) continue;  // every score so far is -inf: nothing to add yet
     // 2) rescale what was summed against the old maximum: exp(m - m') (0 on the first tile)
     const double correction = rescale ? std::exp(m - new_m) : 1.0;
+    rescales += m != -inf && new_m > m;
     l *= correction;
     o *= correction;
     // 3) the tile's own terms
@@ -63,7 +71,7 @@ xt::xarray<double> online(const xt::xarray<double>& s, const xt::xarray<double>&
       fmt::print("    keys [{}, {}): tile max {}  m {}  correction {}  l {}\n", j0, j1, tutorial::number(tile_max),
                  tutorial::number(m), tutorial::number(correction), tutorial::number(l));
   }
-  return o / l;  // a row that never saw a finite score: 0 / 0 = NaN, as softmax of all -inf
+  return {o / l, rescales};  // a row that never saw a finite score: 0 / 0 = NaN, as softmax of all -inf
 }
 
 // One golden case through the memory-efficient path with need_weights=false, checked
@@ -86,9 +94,10 @@ void check_case(tutorial::Verdict& verdict, const std::string& name) {
 int main(int argc, char** argv) try {
   CLI::App app{"Tutorial 08: the online softmax"};
   std::size_t tile = 3;
-  // At most 6: the row's maximum is key 6, and step 3's mistake shows only when the
-  // maximum arrives after the first tile.
-  app.add_option("--tile", tile, "keys per tile in steps 2 and 3")->check(CLI::Range(1, 6));
+  // Every size from 1 up is right. Step 3's mistake shows only up to 6: the row's maximum
+  // is key 6, and from 7 on it is in the first tile, so no later tile raises it.
+  app.add_option("--tile", tile, "keys per tile in steps 2 and 3 (1 or more)")
+      ->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()));
   CLI11_PARSE(app, argc, argv);
 
   tutorial::title("08", "the online softmax",
@@ -110,19 +119,32 @@ int main(int argc, char** argv) try {
 
   tutorial::step(2, fmt::format("the same, {} keys at a time: running m, l and o", tile));
   const auto tiled = online(s, v, tile, /*rescale=*/true, /*print=*/true);
-  tutorial::values("o / l", tiled, 1, 2);
-  verdict.matches("online softmax vs whole-row softmax", tiled, whole);
+  tutorial::values("o / l", tiled.out, 1, 2);
+  verdict.matches("online softmax vs whole-row softmax", tiled.out, whole);
+  if (tile >= s.size())
+    fmt::print("  One tile holds all {} keys: the maximum is known before any sum, nothing is rescaled.\n", s.size());
 
   tutorial::step(3, "forgetting exp(m - m') when the maximum grows");
   const auto wrong = online(s, v, tile, /*rescale=*/false, /*print=*/false);
-  tutorial::values("o / l without rescaling", wrong, 1, 2);
-  verdict.differs("without rescaling vs whole-row softmax", wrong, whole);
+  tutorial::values("o / l without rescaling", wrong.out, 1, 2);
+  if (tiled.rescales > 0) {
+    verdict.differs("without rescaling vs whole-row softmax", wrong.out, whole);
+  } else {  // no tile after the first raised the maximum: every correction would be exp(0) = 1
+    if (tile >= s.size()) fmt::print("  With one tile there is nothing to rescale: forgetting it changes nothing.\n");
+    else
+      fmt::print(
+          "  The maximum ({:g}) is in the first tile, so no later tile raises it and every\n"
+          "  correction is exp(0) = 1: forgetting it changes nothing here.\n",
+          double(xt::amax(s)()));
+    fmt::print("  The mistake shows when the maximum arrives after the first tile: --tile 6 or less.\n");
+    verdict.matches("without rescaling vs whole-row softmax", wrong.out, whole);
+  }
 
   tutorial::step(4, "a row whose keys are all masked");
   const xt::xarray<double> masked = xt::full_like(s, -inf);
   const auto nan_row = online(masked, v, tile, /*rescale=*/true, /*print=*/false);
-  tutorial::values("o / l (l = 0, o = 0)", nan_row, 1, 2);
-  verdict.holds("NaN, as softmax of a row of -inf", std::isnan(nan_row(0)) && std::isnan(nan_row(1)));
+  tutorial::values("o / l (l = 0, o = 0)", nan_row.out, 1, 2);
+  verdict.holds("NaN, as softmax of a row of -inf", std::isnan(nan_row.out(0)) && std::isnan(nan_row.out(1)));
 
   tutorial::step(5, "the library's memory-efficient path against PyTorch");
   check_case(verdict, "need_weights_false_f32");
