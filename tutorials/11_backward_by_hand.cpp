@@ -2,114 +2,221 @@
 //
 // Golden case backward_cross_unbatched_f64: E = 8, H = 2 heads of D = 4, L = 3 queries,
 // S = 4 keys, unbatched, three distinct inputs, float64. PyTorch computed
-// loss = sum(attn_output * grad_attn_output) and loss.backward(); the case holds the
-// upstream gradient and every gradient autograd found. The program runs the forward one
-// step at a time (as tutorial 04), then goes back through it with the formulas of
-// mha:gradients, printing each gradient and checking it against PyTorch's. At the end the
-// module's own backward() gives the same, and two classic mistakes do not.
-// docs/11-backward-by-hand.md derives each formula.
+// loss = sum(attn_output * grad_attn_output) [+ sum(attn_output_weights * grad_attn_output_weights)]
+// and loss.backward(); the case holds the upstream gradients and every gradient autograd
+// found. The program runs the forward one step at a time (as tutorial 04), then goes back
+// through it with the formulas of mha:gradients, printing each gradient and checking it
+// against PyTorch's. At the end the module's own backward() gives the same, and two
+// classic mistakes do not. docs/11-backward-by-hand.md derives each formula.
 //
-// Legend: L = target length, S = source length, N = batch (1 here), E = embed_dim,
-// H = heads, D = E / H, B = N*H.
+// With --case it takes any backward case (format 2) without add_bias_kv, add_zero_attn or
+// dropout: batched or not, float32 or float64, packed or separate projections, with masks,
+// with a gradient of the weights, self-attention (an input used three times gets the sum
+// of its three gradients). Any other case is refused, with the reason.
+//
+// Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
+// D = E / H, B = N*H; Z = the scores, P = softmax(Z), O = P v per head.
 #include <CLI/CLI.hpp>
 
 #include "tutorial.hpp"
 
-int main(int argc, char** argv) {
-  CLI::App app("Tutorial 11: the backward pass by hand, checked against PyTorch's autograd");
-  std::string case_name = "backward_cross_unbatched_f64";
-  app.add_option("--case", case_name, "a format-2 golden case: unbatched, cross attention, no mask, eval");
-  CLI11_PARSE(app, argc, argv);
+namespace {
 
-  try {
-    using T = double;
-    tutorial::title("11", "the backward pass by hand",
-                    "Each step of the forward, undone by its own formula, gives autograd's gradients.");
-    const auto c = tutorial::load<T>(case_name);
-    mha::check(c.info.format == 2 && c.query.dimension() == 2, "--case", "expected an unbatched format-2 case, got {}",
-               c.info.name);
-    tutorial::Verdict verdict(c);
-    auto module = tutorial::reference_module(c);
-    const std::size_t H = module.num_heads();
-    const auto& grad = c.expected_gradients;  // PyTorch's: query, key, value, in_proj_weight, ...
+// The case's in-projection as three weights and biases: in_proj_weight cut into its Q, K,
+// V row blocks, or q/k/v_proj_weight as they are. (E, E), (E, Ek), (E, Ev); (E) each
+template <class T>
+mha::SeparateProjections<T> projections(const mha::Case<T>& c) {
+  std::optional<xt::xtensor<T, 1>> bias;  // (3E), or none with bias=False
+  if (c.parameters.contains("in_proj_bias")) bias = xt::xtensor<T, 1>(c.parameters.at("in_proj_bias"));
+  if (c.parameters.contains("in_proj_weight"))
+    return mha::split_packed(xt::xtensor<T, 2>(c.parameters.at("in_proj_weight")), bias);
+  const std::size_t E = static_cast<std::size_t>(c.info.options.embed_dim);
+  return {c.parameters.at("q_proj_weight"), c.parameters.at("k_proj_weight"), c.parameters.at("v_proj_weight"),
+          mha::bias_block(bias, 0, E),      mha::bias_block(bias, 1, E),      mha::bias_block(bias, 2, E)};
+}
 
-    tutorial::step(1, "the forward, one tensor per step (unbatched: a batch of N = 1)");
-    const auto query = mha::to_seq_first_batched(c.query, false);  // (L, 1, E)
-    const auto key = mha::to_seq_first_batched(c.key, false);      // (S, 1, E)
-    const auto value = mha::to_seq_first_batched(c.value, false);  // (S, 1, E)
-    const xt::xtensor<T, 2> in_proj_weight = c.parameters.at("in_proj_weight");
-    const xt::xtensor<T, 2> out_proj_weight = c.parameters.at("out_proj.weight");
-    const std::optional<xt::xtensor<T, 1>> in_proj_bias = xt::xtensor<T, 1>(c.parameters.at("in_proj_bias"));
-    const std::optional<xt::xtensor<T, 1>> out_proj_bias = xt::xtensor<T, 1>(c.parameters.at("out_proj.bias"));
-    const auto [q, k, v] = mha::in_projection_packed(query, key, value, in_proj_weight, in_proj_bias);
-    const auto qh = mha::split_heads(q, H), kh = mha::split_heads(k, H), vh = mha::split_heads(v, H);  // (B, ., D)
-    const auto attention = mha::scaled_dot_product_attention(qh, kh, vh, std::optional<xt::xtensor<T, 3>>{},
-                                                             /*dropout_p=*/0.0, std::optional<xt::xtensor<bool, 3>>{});
-    const auto merged = mha::merge_heads(attention.output, H);                     // (L, 1, E)
-    const auto attn_output = mha::linear(merged, out_proj_weight, out_proj_bias);  // (L, 1, E)
-    tutorial::shape("q = query W_q^T + b_q", q);
-    tutorial::shape("P = softmax(q k^T / sqrt(D))", attention.probabilities);
-    tutorial::shape("O = P v, per head", attention.output);
-    tutorial::shape("attn_output = merged W_o^T + b_o", attn_output);
-    verdict.matches("attn_output vs PyTorch", mha::caller_layout(attn_output, false, false),
-                    c.expected.at("attn_output"));
+// Gradients by name, in the order the program prints them.
+template <class T>
+using Named = std::vector<std::pair<std::string, xt::xarray<T>>>;
 
-    tutorial::step(2, "out_proj: dX = dY W_o, dW_o = dY^T X, db_o = sum of dY");
-    const auto d_attn_output = mha::to_seq_first_batched(*c.grad_attn_output, false);  // dY (L, 1, E)
-    const auto out_proj = mha::linear_backward(merged, out_proj_weight, d_attn_output, /*has_bias=*/true);
-    tutorial::values("dL/d(out_proj.weight), rows 0-3", xt::view(out_proj.weight, xt::range(0, 4), xt::all()));
-    verdict.matches("grad out_proj.weight vs PyTorch", out_proj.weight, grad.at("out_proj.weight"));
-    verdict.matches("grad out_proj.bias vs PyTorch", *out_proj.bias, grad.at("out_proj.bias"));
+// The gradients of the in-projection's weights under the case's state_dict names, the
+// weights first: in_proj_weight = [dW_q; dW_k; dW_v] packed, else q/k/v_proj_weight;
+// in_proj_bias = [db_q; db_k; db_v].
+template <class T>
+Named<T> weight_gradients(const mha::SeparateProjections<T>& d, bool packed) {
+  Named<T> out;
+  if (packed) {
+    const auto p = mha::pack(d);
+    out.emplace_back("in_proj_weight", p.in_proj_weight);
+    if (p.in_proj_bias) out.emplace_back("in_proj_bias", *p.in_proj_bias);
+    return out;
+  }
+  out.emplace_back("q_proj_weight", d.w_q), out.emplace_back("k_proj_weight", d.w_k);
+  out.emplace_back("v_proj_weight", d.w_v);
+  if (d.b_q) out.emplace_back("in_proj_bias", xt::concatenate(xt::xtuple(*d.b_q, *d.b_k, *d.b_v), 0));
+  return out;
+}
 
-    tutorial::step(3, "heads apart again: dO = split_heads(dX)");
-    const auto d_output = mha::merge_heads_backward(out_proj.input, H);  // (B, L, D)
-    tutorial::shape("dO", d_output);
+// One gradient per input object, query first, in the caller's layout, as x.grad: an input
+// used as query and key (and value) gets the sum of the gradients of its uses.
+template <class T>
+Named<T> input_gradients(const mha::Case<T>& c, const mha::InProjectionGradients<T>& in) {
+  const bool batched = c.query.dimension() == 3, bf = c.info.options.batch_first;
+  const bool self = c.info.query_is_key && c.info.key_is_value;
+  xt::xtensor<T, 3> query = in.query;  // (L, N, E)
+  if (self) query += *in.key + *in.value;
+  Named<T> out;
+  out.emplace_back("query", mha::caller_layout(query, batched, bf));
+  if (self) return out;
+  xt::xtensor<T, 3> key = *in.key;  // (S, N, Ek)
+  if (c.info.key_is_value) key += *in.value;
+  out.emplace_back("key", mha::caller_layout(key, batched, bf));
+  if (!c.info.key_is_value) out.emplace_back("value", mha::caller_layout(*in.value, batched, bf));
+  return out;
+}
 
-    tutorial::step(4, "O = P v: dP = dO v^T, dv = P^T dO");
-    const auto weighted = mha::weighted_values_backward(attention.weights, vh, d_output);
-    tutorial::shape("dP", weighted.weights);
-    tutorial::shape("dv, per head", weighted.values);
+// A demonstrated mistake must differ from PyTorch's gradient; but where that gradient is
+// nan everywhere (a fully masked row's nan reaches every sum that holds it), no wrong
+// number can differ from it, and the program says so instead.
+template <class T>
+void mistake(tutorial::Verdict& verdict, std::string_view what, const xt::xarray<T>& got,
+             const xt::xarray<T>& expected) {
+  if (xt::all(xt::isnan(expected))) fmt::print("  {:<44} cannot show: PyTorch's is nan everywhere\n", what);
+  else verdict.differs(what, got, expected);
+}
 
-    tutorial::step(5, "softmax: dS = P * (dP - rowsum(dP * P))");
-    const auto d_scores = mha::softmax_backward(attention.probabilities, weighted.weights);  // (B, L, S)
-    tutorial::values("dS, head 0", xt::view(d_scores, 0, xt::all(), xt::all()));
-    const xt::xtensor<T, 2> row_sums = xt::sum(d_scores, {2});  // each row of dS sums to 0
-    verdict.holds("every row of dS sums to 0", xt::all(xt::abs(row_sums) < 1e-12));
+template <class T>
+int run(const std::string& case_name) {
+  const auto c = tutorial::load<T>(case_name);
+  tutorial::Verdict verdict(c);
+  auto module = tutorial::reference_module(c);
+  const std::size_t H = module.num_heads();
+  const bool batched = c.query.dimension() == 3, bf = c.info.options.batch_first, has_bias = c.info.options.bias;
+  const bool packed = c.parameters.contains("in_proj_weight");
+  const auto& grad = c.expected_gradients;  // PyTorch's: query, key, value, in_proj_weight, ...
 
-    tutorial::step(6, "scores = (q / sqrt(D)) k^T: dq = dS k / sqrt(D), dk = dS^T q / sqrt(D)");
-    const auto scores = mha::scores_backward(qh, kh, d_scores);
-    const auto dq = mha::split_heads_backward(scores.query, H);     // (L, 1, E)
-    const auto dk = mha::split_heads_backward(scores.key, H);       // (S, 1, E)
-    const auto dv = mha::split_heads_backward(weighted.values, H);  // (S, 1, E)
-    tutorial::shape("dq, heads side by side", dq);
+  tutorial::step(1,
+                 std::string("the forward, one tensor per step") + (batched ? "" : " (unbatched: a batch of N = 1)"));
+  const auto query = mha::to_seq_first_batched(c.query, bf);                              // (L, N, E)
+  const auto key = c.info.query_is_key ? query : mha::to_seq_first_batched(c.key, bf);    // (S, N, Ek)
+  const auto value = c.info.key_is_value ? key : mha::to_seq_first_batched(c.value, bf);  // (S, N, Ev)
+  const std::size_t L = query.shape(0), N = query.shape(1), S = key.shape(0);
+  const auto p = projections(c);
+  const xt::xtensor<T, 2> out_proj_weight = c.parameters.at("out_proj.weight");  // (E, E)
+  std::optional<xt::xtensor<T, 1>> out_proj_bias;                                // (E)
+  if (has_bias) out_proj_bias = xt::xtensor<T, 1>(c.parameters.at("out_proj.bias"));
+  const auto [q, k, v] = mha::in_projection(query, key, value, p);  // (L, N, E), (S, N, E), (S, N, E)
+  const auto qh = mha::split_heads(q, H), kh = mha::split_heads(k, H), vh = mha::split_heads(v, H);  // (B, ., D)
+  const auto masks = mha::prepare_masks(c.forward.attn_mask, c.forward.key_padding_mask, c.forward.is_causal,
+                                        c.forward.need_weights, batched, L, N, S, H);
+  const auto mask = masks.causal_hint
+                        ? std::optional(mha::causal_attn_mask<T>(L, S))                     // (1, L, S)
+                        : mha::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or B, L, S)
+  const auto attention =
+      mha::scaled_dot_product_attention(qh, kh, vh, mask, /*dropout_p=*/0.0, std::optional<xt::xtensor<bool, 3>>{});
+  const auto merged = mha::merge_heads(attention.output, H);                     // (L, N, E)
+  const auto attn_output = mha::linear(merged, out_proj_weight, out_proj_bias);  // (L, N, E)
+  tutorial::shape("q = query W_q^T + b_q", q);
+  tutorial::shape("P = softmax(q k^T / sqrt(D) + mask)", attention.probabilities);
+  tutorial::shape("O = P v, per head", attention.output);
+  tutorial::shape("attn_output = merged W_o^T + b_o", attn_output);
+  if (mask) fmt::print("  with a mask: masked scores are -inf, so P is 0 there and passes no gradient\n");
+  verdict.matches("attn_output vs PyTorch", mha::caller_layout(attn_output, batched, bf), c.expected.at("attn_output"));
+  verdict.tolerance(c.info.backward_rtol, c.info.backward_atol);  // the gradients' own, from the case
 
-    tutorial::step(7, "in-projection: d query = dq W_q, dW_q = dq^T query, and likewise for k and v");
-    const auto in = mha::in_projection_packed_backward(query, key, value, in_proj_weight, /*has_bias=*/true, dq, dk, dv,
-                                                       mha::Aliasing::none);
-    const auto packed = mha::pack(in.weights);  // [dW_q; dW_k; dW_v], [db_q; db_k; db_v]
-    tutorial::values("dL/d(in_proj_weight), rows 0-3 (W_q)",
-                     xt::view(packed.in_proj_weight, xt::range(0, 4), xt::all()));
-    verdict.matches("grad in_proj_weight vs PyTorch", packed.in_proj_weight, grad.at("in_proj_weight"));
-    verdict.matches("grad in_proj_bias vs PyTorch", *packed.in_proj_bias, grad.at("in_proj_bias"));
-    verdict.matches("grad query vs PyTorch", mha::caller_layout(in.query, false, false), grad.at("query"));
-    verdict.matches("grad key vs PyTorch", mha::caller_layout(*in.key, false, false), grad.at("key"));
-    verdict.matches("grad value vs PyTorch", mha::caller_layout(*in.value, false, false), grad.at("value"));
+  tutorial::step(2, "out_proj: dX = dY W_o, dW_o = dY^T X, db_o = sum of dY");
+  const auto d_attn_output = mha::to_seq_first_batched(*c.grad_attn_output, bf);  // dY (L, N, E)
+  const auto out_proj = mha::linear_backward(merged, out_proj_weight, d_attn_output, has_bias);
+  tutorial::values("dL/d(out_proj.weight), rows 0-3", xt::view(out_proj.weight, xt::range(0, 4), xt::all()));
+  verdict.matches("grad out_proj.weight vs PyTorch", out_proj.weight, grad.at("out_proj.weight"));
+  if (has_bias) verdict.matches("grad out_proj.bias vs PyTorch", *out_proj.bias, grad.at("out_proj.bias"));
 
-    tutorial::step(8, "the module's backward() gives the same; two mistakes do not");
-    auto [out, record] = module.forward_for_backward(c.query, c.key, c.value, c.forward);
-    const auto g = module.backward(record, *c.grad_attn_output);
-    verdict.matches("backward(): grad in_proj_weight", g.parameters.at("in_proj_weight"), grad.at("in_proj_weight"));
-    verdict.matches("backward(): grad query", tutorial::value_of(g.query, "grad query"), grad.at("query"));
-    const xt::xarray<T> unscaled = mha::caller_layout(
-        mha::split_heads_backward(xt::xtensor<T, 3>(scores.query / mha::attention_scale<T>(module.head_dim())), H),
-        false, false);
-    verdict.differs("dq without the 1 / sqrt(D)", unscaled, grad.at("query"));
+  tutorial::step(3, "heads apart again: dO = split_heads(dX)");
+  const auto d_output = mha::merge_heads_backward(out_proj.input, H);  // (B, L, D)
+  tutorial::shape("dO", d_output);
+
+  tutorial::step(4, "O = P v: dP = dO v^T, dv = P^T dO");
+  auto weighted = mha::weighted_values_backward(attention.weights, vh, d_output);
+  if (c.grad_attn_output_weights) {  // the loss used the returned weights too: their gradient adds to dP
+    weighted.weights +=
+        mha::output_weights_backward(*c.grad_attn_output_weights, N, H, L, S, c.info.average_attn_weights);
+    fmt::print("  + the gradient of attn_output_weights, {}\n",
+               c.info.average_attn_weights ? "divided by H (the weights were averaged over heads)"
+                                           : "head by head (per-head weights)");
+  }
+  tutorial::shape("dP", weighted.weights);
+  tutorial::shape("dv, per head", weighted.values);
+
+  tutorial::step(5, "softmax: dZ = P * (dP - rowsum(dP * P))");
+  const auto d_scores = mha::softmax_backward(attention.probabilities, weighted.weights);  // dZ (B, L, S)
+  tutorial::values("dZ, head 0", xt::view(d_scores, 0, xt::all(), xt::all()));
+  // Each row of dZ sums to 0, to rounding; a fully masked row is nan (P is) and is left out.
+  const xt::xtensor<T, 2> row_sums = xt::sum(d_scores, {2});  // (B, L)
+  const T rounding = 1000 * std::numeric_limits<T>::epsilon();
+  verdict.holds("every row of dZ sums to 0", xt::all(xt::abs(row_sums) < rounding || xt::isnan(row_sums)));
+
+  tutorial::step(6, "scores Z = (q / sqrt(D)) k^T: dq = dZ k / sqrt(D), dk = dZ^T q / sqrt(D)");
+  const auto scores = mha::scores_backward(qh, kh, d_scores);
+  const auto dq = mha::split_heads_backward(scores.query, H);     // (L, N, E)
+  const auto dk = mha::split_heads_backward(scores.key, H);       // (S, N, E)
+  const auto dv = mha::split_heads_backward(weighted.values, H);  // (S, N, E)
+  tutorial::shape("dq, heads side by side", dq);
+
+  tutorial::step(7, "in-projection: d query = dq W_q, dW_q = dq^T query, and likewise for k and v");
+  const auto in = mha::in_projection_backward(query, key, value, p, dq, dk, dv);  // one gradient per use
+  const auto weights = weight_gradients(in.weights, packed);
+  const std::string w_name = packed ? "in_proj_weight" : "q_proj_weight";
+  tutorial::values("dL/d(" + w_name + "), rows 0-3 (W_q)",
+                   xt::view(weights.front().second, xt::range(0, 4), xt::all()));
+  for (const auto& [name, g] : weights) verdict.matches("grad " + name + " vs PyTorch", g, grad.at(name));
+  const auto inputs = input_gradients(c, in);
+  if (c.info.query_is_key || c.info.key_is_value)
+    fmt::print("  {}: one object, the sum of the gradients of its uses\n",
+               c.info.query_is_key ? "query is key is value" : "key is value");
+  for (const auto& [name, g] : inputs) verdict.matches("grad " + name + " vs PyTorch", g, grad.at(name));
+
+  tutorial::step(8, "the module's backward() gives the same; two mistakes do not");
+  auto [out, record] = mha::run_forward_for_backward(module, c);
+  const auto g = module.backward(record, *c.grad_attn_output, c.grad_attn_output_weights);
+  verdict.matches("backward(): grad " + w_name, g.parameters.at(w_name), grad.at(w_name));
+  verdict.matches("backward(): grad query", tutorial::value_of(g.query, "grad query"), grad.at("query"));
+  // Autograd gives no gradient of the projected q, only of the query input: the mistake
+  // is checked there, as grad query = dq W_q (+ the other uses) from a dq without the scale.
+  const auto dq_unscaled =
+      mha::split_heads_backward(xt::xtensor<T, 3>(scores.query / mha::attention_scale<T>(module.head_dim())), H);
+  const auto in_unscaled = mha::in_projection_backward(query, key, value, p, dq_unscaled, dk, dv);
+  mistake(verdict, "grad query from dq without the 1 / sqrt(D)", input_gradients(c, in_unscaled).front().second,
+          grad.at("query"));
+  if (packed) {
     const auto swapped = mha::pack(mha::SeparateProjections<T>{in.weights.w_k, in.weights.w_q, in.weights.w_v,
                                                                in.weights.b_k, in.weights.b_q, in.weights.b_v});
-    verdict.differs("grad in_proj_weight as [dW_k; dW_q; dW_v]", swapped.in_proj_weight, grad.at("in_proj_weight"));
-    return verdict.finish();
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "tutorial-11: {}\n", e.what());
-    return EXIT_FAILURE;
+    mistake<T>(verdict, "grad in_proj_weight as [dW_k; dW_q; dW_v]", swapped.in_proj_weight, grad.at("in_proj_weight"));
+  } else {
+    mistake<T>(verdict, "grad q_proj_weight taken from dW_k", in.weights.w_k, grad.at("q_proj_weight"));
   }
+  return verdict.finish();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  CLI::App app("Tutorial 11: the backward pass by hand, checked against PyTorch's autograd");
+  std::string case_name = "backward_cross_unbatched_f64";
+  app.add_option("--case", case_name, "a backward golden case (format 2) without add_bias_kv, add_zero_attn, dropout");
+  CLI11_PARSE(app, argc, argv);
+
+  tutorial::title("11", "the backward pass by hand",
+                  "Each step of the forward, undone by its own formula, gives autograd's gradients.");
+  const auto info = mha::read_case_info(tutorial::case_dir(case_name));
+  tutorial::refuse_error_case(info);
+  tutorial::refuse_unless(info.format == 2, info,
+                          "is a forward-only case: it holds no gradients from PyTorch; choose a backward_* case");
+  tutorial::refuse_unless(!info.options.add_bias_kv && !info.options.add_zero_attn, info,
+                          "has add_bias_kv or add_zero_attn: one more key, which this tutorial does not add");
+  tutorial::refuse_unless(!info.training || info.options.dropout == 0, info,
+                          "trains with dropout: a step this tutorial does not take (its formula is in docs/11)");
+  return info.dtype == "float32" ? run<float>(case_name) : run<double>(case_name);
+} catch (const std::exception& e) {  // a case this tutorial cannot take, or a file it cannot read
+  fmt::print("error: {}\n", e.what());
+  return 2;
 }
