@@ -9,13 +9,15 @@
 // against PyTorch's. At the end the module's own backward() gives the same, and two
 // classic mistakes do not. docs/11-backward-by-hand.md derives each formula.
 //
-// With --case it takes any backward case (format 2) without add_bias_kv, add_zero_attn or
-// dropout: batched or not, float32 or float64, packed or separate projections, with masks,
-// with a gradient of the weights, self-attention (an input used three times gets the sum
-// of its three gradients). Any other case is refused, with the reason.
+// With --case it takes every backward case (format 2): batched or not, float32 or float64,
+// packed or separate projections, masks, a gradient of the weights, bias_k and bias_v,
+// the zero key, dropout (replaying PyTorch's mask), self-attention (an input used three
+// times gets the sum of its three gradients). A forward-only case is refused, with the
+// reason.
 //
-// Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
-// D = E / H, B = N*H; Z = the scores, P = softmax(Z), O = P v per head.
+// Legend: L = target length, S = source length, S' = S with bias_k and the zero key,
+// N = batch, E = embed_dim, H = heads, D = E / H, B = N*H; Z = the scores, P = softmax(Z),
+// P' = P after dropout, O = P' v per head.
 #include <CLI/CLI.hpp>
 
 #include "tutorial.hpp"
@@ -91,7 +93,8 @@ int run(const std::string& case_name) {
   tutorial::Verdict verdict(c);
   auto module = tutorial::reference_module(c);
   const std::size_t H = module.num_heads();
-  const bool batched = c.query.dimension() == 3, bf = c.info.options.batch_first, has_bias = c.info.options.bias;
+  const auto& o = c.info.options;
+  const bool batched = c.query.dimension() == 3, bf = o.batch_first, has_bias = o.bias;
   const bool packed = c.parameters.contains("in_proj_weight");
   const auto& grad = c.expected_gradients;  // PyTorch's: query, key, value, in_proj_weight, ...
 
@@ -105,22 +108,36 @@ int run(const std::string& case_name) {
   const xt::xtensor<T, 2> out_proj_weight = c.parameters.at("out_proj.weight");  // (E, E)
   std::optional<xt::xtensor<T, 1>> out_proj_bias;                                // (E)
   if (has_bias) out_proj_bias = xt::xtensor<T, 1>(c.parameters.at("out_proj.bias"));
-  const auto [q, k, v] = mha::in_projection(query, key, value, p);  // (L, N, E), (S, N, E), (S, N, E)
-  const auto qh = mha::split_heads(q, H), kh = mha::split_heads(k, H), vh = mha::split_heads(v, H);  // (B, ., D)
-  const auto masks = mha::prepare_masks(c.forward.attn_mask, c.forward.key_padding_mask, c.forward.is_causal,
-                                        c.forward.need_weights, batched, L, N, S, H);
+  auto [q, k, v] = mha::in_projection(query, key, value, p);  // (L, N, E), (S, N, E), (S, N, E)
+  auto masks = mha::prepare_masks(c.forward.attn_mask, c.forward.key_padding_mask, c.forward.is_causal,
+                                  c.forward.need_weights, batched, L, N, S, H);
+  if (o.add_bias_kv) {  // one more key and value position, learned, for every batch entry
+    k = mha::append_bias(k, xt::xtensor<T, 3>(c.parameters.at("bias_k")));  // (S+1, N, E)
+    v = mha::append_bias(v, xt::xtensor<T, 3>(c.parameters.at("bias_v")));  // (S+1, N, E)
+    masks.pad_for_extra_key();
+  }
+  const auto qh = mha::split_heads(q, H);                          // (B, L, D)
+  auto kh = mha::split_heads(k, H), vh = mha::split_heads(v, H);   // (B, S', D)
+  if (o.add_zero_attn) {                                           // one more key and value, all zeros
+    kh = mha::append_zero_row(kh), vh = mha::append_zero_row(vh);  // (B, S'+1, D)
+    masks.pad_for_extra_key();
+  }
+  const std::size_t S_total = kh.shape(1);  // S'
   const auto mask = masks.causal_hint
-                        ? std::optional(mha::causal_attn_mask<T>(L, S))                     // (1, L, S)
-                        : mha::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or B, L, S)
-  const auto attention =
-      mha::scaled_dot_product_attention(qh, kh, vh, mask, /*dropout_p=*/0.0, std::optional<xt::xtensor<bool, 3>>{});
+                        ? std::optional(mha::causal_attn_mask<T>(L, S_total))               // (1, L, S')
+                        : mha::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or B, L, S')
+  const double dropout_p = c.info.training ? o.dropout : 0.0;  // replayed from PyTorch's mask
+  const auto attention = mha::scaled_dot_product_attention(qh, kh, vh, mask, dropout_p, c.forward.dropout_mask);
   const auto merged = mha::merge_heads(attention.output, H);                     // (L, N, E)
   const auto attn_output = mha::linear(merged, out_proj_weight, out_proj_bias);  // (L, N, E)
   tutorial::shape("q = query W_q^T + b_q", q);
   tutorial::shape("P = softmax(q k^T / sqrt(D) + mask)", attention.probabilities);
-  tutorial::shape("O = P v, per head", attention.output);
+  if (dropout_p > 0) tutorial::shape("P' = P * keep / (1 - p), dropout", attention.weights);
+  tutorial::shape(dropout_p > 0 ? "O = P' v, per head" : "O = P v, per head", attention.output);
   tutorial::shape("attn_output = merged W_o^T + b_o", attn_output);
   if (mask) fmt::print("  with a mask: masked scores are -inf, so P is 0 there and passes no gradient\n");
+  if (o.add_bias_kv) fmt::print("  + bias_k, bias_v: key and value position S, the same for every batch entry\n");
+  if (o.add_zero_attn) fmt::print("  + add_zero_attn: a zero key and value after the head split, constants\n");
   verdict.matches("attn_output vs PyTorch", mha::caller_layout(attn_output, batched, bf), c.expected.at("attn_output"));
   verdict.tolerance(c.info.backward_rtol, c.info.backward_atol);  // the gradients' own, from the case
 
@@ -135,20 +152,25 @@ int run(const std::string& case_name) {
   const auto d_output = mha::merge_heads_backward(out_proj.input, H);  // (B, L, D)
   tutorial::shape("dO", d_output);
 
-  tutorial::step(4, "O = P v: dP = dO v^T, dv = P^T dO");
+  tutorial::step(4, dropout_p > 0 ? "O = P' v: dP' = dO v^T, dv = P'^T dO; dropout: dP = dP' * keep / (1 - p)"
+                                  : "O = P v: dP = dO v^T, dv = P^T dO");
   auto weighted = mha::weighted_values_backward(attention.weights, vh, d_output);
-  if (c.grad_attn_output_weights) {  // the loss used the returned weights too: their gradient adds to dP
+  if (c.grad_attn_output_weights) {  // the loss used the returned weights too: their gradient adds to dP'
     weighted.weights +=
-        mha::output_weights_backward(*c.grad_attn_output_weights, N, H, L, S, c.info.average_attn_weights);
+        mha::output_weights_backward(*c.grad_attn_output_weights, N, H, L, S_total, c.info.average_attn_weights);
     fmt::print("  + the gradient of attn_output_weights, {}\n",
                c.info.average_attn_weights ? "divided by H (the weights were averaged over heads)"
                                            : "head by head (per-head weights)");
   }
-  tutorial::shape("dP", weighted.weights);
+  // Dropout multiplied P by the constant keep / (1 - p): a dropped weight passes no gradient.
+  const auto d_probabilities = dropout_p > 0
+                                   ? mha::dropout_backward(weighted.weights, *c.forward.dropout_mask, dropout_p)
+                                   : weighted.weights;  // dP (B, L, S')
+  tutorial::shape("dP", d_probabilities);
   tutorial::shape("dv, per head", weighted.values);
 
   tutorial::step(5, "softmax: dZ = P * (dP - rowsum(dP * P))");
-  const auto d_scores = mha::softmax_backward(attention.probabilities, weighted.weights);  // dZ (B, L, S)
+  const auto d_scores = mha::softmax_backward(attention.probabilities, d_probabilities);  // dZ (B, L, S')
   tutorial::values("dZ, head 0", xt::view(d_scores, 0, xt::all(), xt::all()));
   // Each row of dZ sums to 0, to rounding; a fully masked row is nan (P is) and is left out.
   const xt::xtensor<T, 2> row_sums = xt::sum(d_scores, {2});  // (B, L)
@@ -157,10 +179,19 @@ int run(const std::string& case_name) {
 
   tutorial::step(6, "scores Z = (q / sqrt(D)) k^T: dq = dZ k / sqrt(D), dk = dZ^T q / sqrt(D)");
   const auto scores = mha::scores_backward(qh, kh, d_scores);
-  const auto dq = mha::split_heads_backward(scores.query, H);     // (L, N, E)
-  const auto dk = mha::split_heads_backward(scores.key, H);       // (S, N, E)
-  const auto dv = mha::split_heads_backward(weighted.values, H);  // (S, N, E)
+  xt::xtensor<T, 3> dkh = scores.key, dvh = weighted.values;  // (B, S', D)
+  if (o.add_zero_attn)  // the zero key and value are constants: their rows are dropped
+    dkh = mha::append_zero_row_backward(dkh), dvh = mha::append_zero_row_backward(dvh);
+  const auto dq = mha::split_heads_backward(scores.query, H);  // (L, N, E)
+  auto dk = mha::split_heads_backward(dkh, H);                 // (S [+1], N, E)
+  auto dv = mha::split_heads_backward(dvh, H);                 // (S [+1], N, E)
   tutorial::shape("dq, heads side by side", dq);
+  if (o.add_bias_kv) {  // position S's gradient, summed over the batch, is bias_k's (bias_v's)
+    const auto bk = mha::append_bias_backward(dk), bv = mha::append_bias_backward(dv);
+    dk = bk.input, dv = bv.input;  // (S, N, E)
+    verdict.matches("grad bias_k vs PyTorch", bk.bias, grad.at("bias_k"));
+    verdict.matches("grad bias_v vs PyTorch", bv.bias, grad.at("bias_v"));
+  }
 
   tutorial::step(7, "in-projection: d query = dq W_q, dW_q = dq^T query, and likewise for k and v");
   const auto in = mha::in_projection_backward(query, key, value, p, dq, dk, dv);  // one gradient per use
@@ -202,7 +233,7 @@ int run(const std::string& case_name) {
 int main(int argc, char** argv) try {
   CLI::App app("Tutorial 11: the backward pass by hand, checked against PyTorch's autograd");
   std::string case_name = "backward_cross_unbatched_f64";
-  app.add_option("--case", case_name, "a backward golden case (format 2) without add_bias_kv, add_zero_attn, dropout");
+  app.add_option("--case", case_name, "a backward golden case (format 2: backward_*)");
   CLI11_PARSE(app, argc, argv);
 
   tutorial::title("11", "the backward pass by hand",
@@ -211,10 +242,9 @@ int main(int argc, char** argv) try {
   tutorial::refuse_error_case(info);
   tutorial::refuse_unless(info.format == 2, info,
                           "is a forward-only case: it holds no gradients from PyTorch; choose a backward_* case");
-  tutorial::refuse_unless(!info.options.add_bias_kv && !info.options.add_zero_attn, info,
-                          "has add_bias_kv or add_zero_attn: one more key, which this tutorial does not add");
-  tutorial::refuse_unless(!info.training || info.options.dropout == 0, info,
-                          "trains with dropout: a step this tutorial does not take (its formula is in docs/11)");
+  tutorial::refuse_unless(
+      !info.training || info.options.dropout == 0 || std::filesystem::exists(info.dir / "dropout_mask.npy"), info,
+      "trains with dropout but holds no dropout_mask.npy to replay PyTorch's dropout");
   return info.dtype == "float32" ? run<float>(case_name) : run<double>(case_name);
 } catch (const std::exception& e) {  // a case this tutorial cannot take, or a file it cannot read
   fmt::print("error: {}\n", e.what());
