@@ -159,22 +159,24 @@ Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::
 }
 
 // Compiled here once for each dtype the library has; no other unit sees the loops above.
-#define MHA_INSTANTIATE_ATTENTION(T)                                                                           \
-  template xt::xtensor<T, 3> split_heads(const xt::xtensor<T, 3>&, std::size_t);                              \
-  template xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>&, std::size_t);                              \
-  template xt::xtensor<T, 3> append_zero_row(const xt::xtensor<T, 3>&);                                       \
-  template void softmax_last_dim(xt::xtensor<T, 3>&);                                                         \
-  template void apply_dropout_mask(xt::xtensor<T, 3>&, double, const xt::xtensor<bool, 3>&);                  \
-  template void dropout(xt::xtensor<T, 3>&, double, Generator&);                                              \
-  template Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&,      \
-                                                     const xt::xtensor<T, 3>&,                                \
-                                                     const std::optional<xt::xtensor<T, 3>>&, double,         \
-                                                     const std::optional<xt::xtensor<bool, 3>>&);             \
-  template Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&,      \
-                                                     const xt::xtensor<T, 3>&,                                \
+// T is a type: it cannot be parenthesised, as bugprone-macro-parentheses asks.
+// NOLINTBEGIN(bugprone-macro-parentheses)
+#define MHA_INSTANTIATE_ATTENTION(T)                                                                     \
+  template xt::xtensor<T, 3> split_heads(const xt::xtensor<T, 3>&, std::size_t);                         \
+  template xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>&, std::size_t);                         \
+  template xt::xtensor<T, 3> append_zero_row(const xt::xtensor<T, 3>&);                                  \
+  template void softmax_last_dim(xt::xtensor<T, 3>&);                                                    \
+  template void apply_dropout_mask(xt::xtensor<T, 3>&, double, const xt::xtensor<bool, 3>&);             \
+  template void dropout(xt::xtensor<T, 3>&, double, Generator&);                                         \
+  template Attention<T> scaled_dot_product_attention(                                                    \
+      const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&,                      \
+      const std::optional<xt::xtensor<T, 3>>&, double, const std::optional<xt::xtensor<bool, 3>>&);      \
+  template Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&, \
+                                                     const xt::xtensor<T, 3>&,                           \
                                                      const std::optional<xt::xtensor<T, 3>>&, double, Generator&);
 MHA_INSTANTIATE_ATTENTION(float)
 MHA_INSTANTIATE_ATTENTION(double)
 #undef MHA_INSTANTIATE_ATTENTION
+// NOLINTEND(bugprone-macro-parentheses)
 
 }  // namespace mha

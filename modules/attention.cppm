@@ -20,7 +20,7 @@ module;
 
 export module mha:attention;
 
-import :error;
+import mha.core;
 import :random;
 
 export namespace mha {

@@ -19,7 +19,7 @@ module;
 
 export module mha:blas;
 
-import :error;
+import mha.core;
 import :cpu;
 
 // OpenBLAS's own functions, declared here rather than through cblas.h (which clashes with

@@ -13,7 +13,7 @@ module;
 
 export module mha:extra_keys;
 
-import :error;
+import mha.core;
 
 namespace mha::detail {
 

@@ -26,7 +26,7 @@ module;
 
 export module mha:gemm_library;
 
-import :error;
+import mha.core;
 import :threads;
 
 #if MHA_ONEDNN

@@ -15,7 +15,7 @@ module;
 
 export module mha:gradients;
 
-import :error;
+import mha.core;
 import :attention;
 import :in_projection;
 

@@ -18,7 +18,7 @@ module;
 
 export module mha:in_projection;
 
-import :error;
+import mha.core;
 import :linear;
 
 export namespace mha {
@@ -114,9 +114,9 @@ PackedProjection<T> pack(const SeparateProjections<T>& p) {
         "expected all three biases or none, got b_q {}, b_k {}, b_v {}", has_bias, p.b_k.has_value(),
         p.b_v.has_value());
   PackedProjection<T> packed{xt::concatenate(xt::xtuple(p.w_q, p.w_k, p.w_v), 0), std::nullopt};
-  if (has_bias) {
-    for (auto [name, b] : {std::pair{"b_q", &p.b_q}, {"b_k", &p.b_k}, {"b_v", &p.b_v}})
-      check((*b)->shape(0) == E, name, "expected shape {}, got {}", shape_string({E}), shape_string((*b)->shape()));
+  if (p.b_q && p.b_k && p.b_v) {  // all three, or none (checked above)
+    for (auto [name, b] : {std::pair{"b_q", &*p.b_q}, {"b_k", &*p.b_k}, {"b_v", &*p.b_v}})
+      check(b->shape(0) == E, name, "expected shape {}, got {}", shape_string({E}), shape_string(b->shape()));
     packed.in_proj_bias = xt::concatenate(xt::xtuple(*p.b_q, *p.b_k, *p.b_v), 0);
   }
   return packed;

@@ -14,7 +14,7 @@ module;
 
 export module mha:inputs;
 
-import :error;
+import mha.core;
 import :masks;
 import :options;
 import :in_projection;

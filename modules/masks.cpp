@@ -138,25 +138,26 @@ PreparedMasks<T> prepare_masks(const std::optional<Mask<T>>& attn_mask, const st
 }
 
 // Compiled here once for each dtype the library has; no other unit sees the bodies above.
-#define MHA_INSTANTIATE_MASKS(T)                                                                               \
-  template xt::xarray<T> canonical_mask(const Mask<T>&);                                                      \
-  template xt::xtensor<T, 2> generate_square_subsequent_mask(std::size_t);                                    \
-  template xt::xtensor<T, 2> pad_last(const xt::xtensor<T, 2>&);                                              \
-  template xt::xtensor<T, 3> pad_last(const xt::xtensor<T, 3>&);                                              \
-  template std::optional<xt::xtensor<T, 3>> merge_masks(const std::optional<xt::xtensor<T, 3>>&,              \
-                                                        const std::optional<xt::xtensor<T, 2>>&, std::size_t, \
-                                                        std::size_t);                                         \
-  template struct PreparedMasks<T>;                                                                           \
-  template std::optional<xt::xtensor<T, 2>> prepare_key_padding_mask(const std::optional<Mask<T>>&, bool,     \
-                                                                     std::size_t, std::size_t);               \
-  template std::optional<xt::xtensor<T, 3>> prepare_attn_mask(const std::optional<Mask<T>>&, bool,            \
-                                                              std::size_t, std::size_t, std::size_t,          \
-                                                              std::size_t);                                   \
-  template xt::xtensor<T, 3> causal_attn_mask(std::size_t, std::size_t);                                      \
-  template PreparedMasks<T> prepare_masks(const std::optional<Mask<T>>&, const std::optional<Mask<T>>&, bool, \
-                                          bool, bool, std::size_t, std::size_t, std::size_t, std::size_t);
+// T is a type: it cannot be parenthesised, as bugprone-macro-parentheses asks.
+// NOLINTBEGIN(bugprone-macro-parentheses)
+#define MHA_INSTANTIATE_MASKS(T)                                                                                       \
+  template xt::xarray<T> canonical_mask(const Mask<T>&);                                                               \
+  template xt::xtensor<T, 2> generate_square_subsequent_mask(std::size_t);                                             \
+  template xt::xtensor<T, 2> pad_last(const xt::xtensor<T, 2>&);                                                       \
+  template xt::xtensor<T, 3> pad_last(const xt::xtensor<T, 3>&);                                                       \
+  template std::optional<xt::xtensor<T, 3>> merge_masks(                                                               \
+      const std::optional<xt::xtensor<T, 3>>&, const std::optional<xt::xtensor<T, 2>>&, std::size_t, std::size_t);     \
+  template struct PreparedMasks<T>;                                                                                    \
+  template std::optional<xt::xtensor<T, 2>> prepare_key_padding_mask(const std::optional<Mask<T>>&, bool, std::size_t, \
+                                                                     std::size_t);                                     \
+  template std::optional<xt::xtensor<T, 3>> prepare_attn_mask(const std::optional<Mask<T>>&, bool, std::size_t,        \
+                                                              std::size_t, std::size_t, std::size_t);                  \
+  template xt::xtensor<T, 3> causal_attn_mask(std::size_t, std::size_t);                                               \
+  template PreparedMasks<T> prepare_masks(const std::optional<Mask<T>>&, const std::optional<Mask<T>>&, bool, bool,    \
+                                          bool, std::size_t, std::size_t, std::size_t, std::size_t);
 MHA_INSTANTIATE_MASKS(float)
 MHA_INSTANTIATE_MASKS(double)
 #undef MHA_INSTANTIATE_MASKS
+// NOLINTEND(bugprone-macro-parentheses)
 
 }  // namespace mha

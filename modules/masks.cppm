@@ -18,7 +18,7 @@ module;
 
 export module mha:masks;
 
-import :error;
+import mha.core;
 
 export namespace mha {
 

@@ -1,10 +1,15 @@
 // mha: PyTorch's torch.nn.MultiheadAttention, from scratch, one idea per partition.
 //
+// Where to start: MultiheadAttention::forward() in :multihead_attention, then the reference
+// forward it calls (reference_forward.cpp), whose numbered steps each call the partition
+// that teaches them. The machine underneath and the engine can be skipped at first.
+//
 // `import mha;` gives the module and what it is made of. Files are in two modules of
 // their own: mha.io (.npy and .safetensors files, checkpoints, their attention layers,
 // other models' weight layouts) and mha.golden (PyTorch's golden cases, and checking
 // them). The textbook, in reading order:
-//   :error               mha::Error, the one exception type of the library
+//   mha.core             mha::Error, the one exception type of the library (a module
+//                        of its own, re-exported here)
 //   :random              a seedable generator for initialisation and dropout
 //   :in_projection       the packed (3E, E) in_proj_weight: split, pack, project
 //   :masks               bool and float masks, causal masks, padding, merging (step 2)
@@ -36,7 +41,7 @@
 //   :linear              the one GEMM entry point, and y = x W^T + b on it
 export module mha;
 
-export import :error;
+export import mha.core;
 export import :cpu;
 export import :blas;
 export import :gemm_library;

@@ -22,7 +22,7 @@ module;
 
 export module mha:multihead_attention;
 
-import :error;
+import mha.core;
 import :random;
 import :threads;
 import :options;
@@ -270,7 +270,8 @@ private:
           "expected shape {} (N*H, L, S'), got {}", shape_string({B, L, S_total}), shape_string(mask->shape()));
   }
 
-  static const Options& validated(const Options& options) {
+  // A copy, checked: the constructors keep it as options_.
+  static Options validated(const Options& options) {
     detail::validate(options);
     return options;
   }

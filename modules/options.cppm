@@ -11,7 +11,7 @@ module;
 
 export module mha:options;
 
-import :error;
+import mha.core;
 import :masks;
 
 export namespace mha {

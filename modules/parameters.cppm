@@ -14,7 +14,7 @@ module;
 
 export module mha:parameters;
 
-import :error;
+import mha.core;
 import :random;
 import :options;
 import :in_projection;

@@ -18,7 +18,7 @@ module;
 
 export module mha:threads;
 
-import :error;
+import mha.core;
 
 // OpenBLAS's thread control, declared here rather than through cblas.h (which clashes
 // with the BLAS declarations xtensor-blas bundles).

@@ -1,4 +1,4 @@
-// :error — mha::Error and check(): the argument's name first, then what was expected and got.
+// mha.core — mha::Error and check(): the argument's name first, then what was expected and got.
 #include "support.hpp"
 
 TEST_CASE("check throws mha::Error as '<argument>: <message>' and only when the condition fails", "[error]") {

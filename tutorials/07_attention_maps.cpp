@@ -5,13 +5,19 @@
 // over the key positions. This program draws those maps as PNG heatmaps (one per head,
 // plus the mean over heads that PyTorch returns by default) for a small self-attention
 // input with a causal mask and a padded key. Rows are query positions, columns key
-// positions, white = 0 and dark blue = 1; masked cells are grey. The PNGs are written by
-// libpng through png++; the numbers are checked against PyTorch's first.
+// positions; each cell is coloured from white (0) to dark blue (1) and holds its weight in
+// two decimals; masked cells are grey. A legend shows the colour scale and the grey. The
+// pictures are sized for a projector (80-pixel cells, a 5x7 bitmap font scaled up three
+// times) and drawn deterministically, so CTest can compare them byte for byte with the
+// committed docs/images/attention-maps/. The PNGs are written by libpng through png++;
+// the numbers are checked against PyTorch's first.
 //
 // Legend: L = target length, S = source length, N = batch, H = heads.
 #include <CLI/CLI.hpp>
 
 #include <array>
+#include <string>
+#include <utility>
 
 #include "drawing.hpp"
 #include "tutorial.hpp"
@@ -20,9 +26,20 @@ namespace {
 
 using drawing::fill;
 using drawing::Image;
+using drawing::Pen;
 using drawing::text;
+using drawing::text_height;
+using drawing::text_width;
 
-constexpr std::size_t kCell = 32, kLeft = 48, kTop = 44;
+// Sizes in pixels, chosen for a projector: a cell holds its weight in digits 21 pixels
+// high (the 5x7 font at scale 3), and the picture is about 800 pixels wide for L = S = 6.
+constexpr std::size_t kCell = 80;    // one (query, key) cell, a 1-pixel grid line on each side
+constexpr std::size_t kMargin = 24;  // around the picture
+constexpr std::size_t kBar = 240, kBarWidth = 28, kSwatch = 28;  // the legend's colour bar, grey swatch
+
+const png::rgb_pixel kWhite{255, 255, 255}, kInk{27, 27, 27}, kMasked{200, 200, 200};
+const png::rgb_pixel kGridLine{225, 225, 225}, kFrame{160, 160, 160};  // kGridLine: a cell of weight 0 still shows
+const Pen kTitlePen{&drawing::font_5x7, 4, kInk}, kLabelPen{&drawing::font_5x7, 3, kInk};
 
 // 0 -> white, 1 -> dark blue, linearly.
 png::rgb_pixel color(double w) {
@@ -32,27 +49,109 @@ png::rgb_pixel color(double w) {
   return {mix(255, 8), mix(255, 48), mix(255, 107)};
 }
 
-// One (L, S) map; masked(i, j) cells are drawn grey. Axis labels are token positions.
+// Text that stays readable on a cell of colour c: white on dark cells, ink on light ones.
+// Brightness as the eye weighs red, green and blue (ITU-R BT.601), in integers.
+png::rgb_pixel ink_on(png::rgb_pixel c) {
+  const unsigned brightness = (299u * c.red + 587u * c.green + 114u * c.blue) / 1000u;
+  return brightness < 128 ? kWhite : kInk;
+}
+
+// `s` centred on the point (cx, cy): the part above the baseline is, so that digits sit
+// in the middle of a cell and a g or a y hangs below.
+void text_centred(Image& img, std::size_t cx, std::size_t cy, std::string_view s, const Pen& pen) {
+  text(img, cx - text_width(s, pen) / 2, cy - drawing::text_ascent(pen) / 2, s, pen);
+}
+
+// Where the parts of an (L, S) map go. From the top: the title, the "key position" label,
+// the key indices, the grid. From the left: the "query position" label (turned, as a y
+// axis is), the query indices, the grid, then the legend. The *_cy are the heights at
+// which a line of labels is centred.
+struct Layout {
+  std::size_t key_label_cy, key_index_cy;
+  std::size_t grid_x, grid_y;  // top left corner of cell (0, 0)
+  std::size_t legend_x;        // left edge of the legend
+  std::size_t width, height;   // of the picture
+};
+
+Layout layout(std::size_t L, std::size_t S, std::string_view title) {
+  const std::size_t ascent = drawing::text_ascent(kLabelPen), line = text_height(kLabelPen);  // line: with descenders
+  Layout at{};
+  at.key_label_cy = kMargin + text_height(kTitlePen) + 20 + ascent / 2;
+  at.key_index_cy = at.key_label_cy - ascent / 2 + line + 8 + ascent / 2;
+  at.grid_y = at.key_index_cy + ascent / 2 + 12;
+  at.grid_x = kMargin + line + 12 + text_width(std::to_string(L - 1), kLabelPen) + 12;
+  at.legend_x = at.grid_x + S * kCell + 40;
+  const std::size_t legend_width =
+      std::max({text_width("weight", kLabelPen), kBarWidth + 14 + text_width("0.5", kLabelPen),
+                kSwatch + 10 + text_width("masked", kLabelPen)});
+  at.width = std::max(at.legend_x + legend_width, kMargin + text_width(title, kTitlePen)) + kMargin;
+  const std::size_t legend_bottom = at.grid_y + kBar + 32 + kSwatch;
+  at.height = std::max(at.grid_y + L * kCell, legend_bottom) + kMargin;
+  return at;
+}
+
+// The axes: what the rows and columns are, and their indices.
+void axes(Image& img, const Layout& at, std::size_t L, std::size_t S) {
+  text_centred(img, at.grid_x + S * kCell / 2, at.key_label_cy, "key position", kLabelPen);
+  for (std::size_t j = 0; j < S; ++j)
+    text_centred(img, at.grid_x + j * kCell + kCell / 2, at.key_index_cy, std::to_string(j), kLabelPen);
+  const std::size_t up = text_width("query position", kLabelPen);  // the turned label's height
+  drawing::text_up(img, kMargin, at.grid_y + L * kCell / 2 - up / 2, "query position", kLabelPen);
+  for (std::size_t i = 0; i < L; ++i) {  // right-aligned against the grid
+    const std::string index = std::to_string(i);
+    text(img, at.grid_x - 12 - text_width(index, kLabelPen),
+         at.grid_y + i * kCell + kCell / 2 - drawing::text_ascent(kLabelPen) / 2, index, kLabelPen);
+  }
+}
+
+// The cells: colour by weight, and the weight itself in two decimals; masked cells grey
+// and empty (their weight is 0 because the mask said so, not because of the scores).
+void cells(Image& img, const Layout& at, const xt::xarray<double>& map, const xt::xarray<bool>& masked) {
+  fill(img, at.grid_x, at.grid_y, map.shape(1) * kCell, map.shape(0) * kCell, kGridLine);
+  for (std::size_t i = 0; i < map.shape(0); ++i)
+    for (std::size_t j = 0; j < map.shape(1); ++j) {
+      const std::size_t x = at.grid_x + j * kCell, y = at.grid_y + i * kCell;
+      if (masked(i, j)) {
+        fill(img, x + 1, y + 1, kCell - 2, kCell - 2, kMasked);
+        continue;
+      }
+      const png::rgb_pixel c = color(map(i, j));
+      fill(img, x + 1, y + 1, kCell - 2, kCell - 2, c);
+      text_centred(img, x + kCell / 2, y + kCell / 2, fmt::format("{:.2f}", map(i, j)),
+                   Pen{&drawing::font_5x7, 3, ink_on(c)});
+    }
+}
+
+// The legend: the colour scale from 0 (bottom) to 1 (top) with its ends and middle
+// marked, and the grey of a masked cell.
+void legend(Image& img, const Layout& at) {
+  const std::size_t x = at.legend_x, y = at.grid_y, ascent = drawing::text_ascent(kLabelPen);
+  text_centred(img, x + text_width("weight", kLabelPen) / 2, at.key_label_cy, "weight", kLabelPen);
+  fill(img, x - 1, y - 1, kBarWidth + 2, kBar + 2, kFrame);  // a frame, so that the white end shows
+  for (std::size_t row = 0; row < kBar; ++row)
+    fill(img, x, y + row, kBarWidth, 1, color(double(kBar - 1 - row) / double(kBar - 1)));
+  const std::array<std::pair<std::size_t, const char*>, 3> ticks{{{0, "1"}, {kBar / 2, "0.5"}, {kBar - 1, "0"}}};
+  for (const auto& [row, value] : ticks) {                // row of the bar, from its top
+    fill(img, x + kBarWidth + 1, y + row, 6, 1, kFrame);  // a tick
+    text(img, x + kBarWidth + 14, y + row - ascent / 2, value, kLabelPen);
+  }
+  const std::size_t swatch_y = y + kBar + 32;
+  fill(img, x - 1, swatch_y - 1, kSwatch + 2, kSwatch + 2, kFrame);
+  fill(img, x, swatch_y, kSwatch, kSwatch, kMasked);
+  text(img, x + kSwatch + 10, swatch_y + kSwatch / 2 - ascent / 2, "masked", kLabelPen);
+}
+
+// One (L, S) map as a PNG; masked(i, j) cells are drawn grey.
 void heatmap(const xt::xarray<double>& map, const xt::xarray<bool>& masked, std::string_view title,
              const std::filesystem::path& file) {
   const std::size_t L = map.shape(0), S = map.shape(1);
-  Image img(static_cast<png::uint_32>(kLeft + S * kCell + 56), static_cast<png::uint_32>(kTop + L * kCell + 8));
-  fill(img, 0, 0, img.get_width(), img.get_height(), {255, 255, 255});
-  text(img, 4, 4, title);
-  text(img, 4, kTop - 14, "query");
-  text(img, kLeft + S * kCell + 4, kTop - 14, "key");
-  for (std::size_t j = 0; j < S; ++j) text(img, kLeft + j * kCell + kCell / 2 - 3, kTop - 14, std::to_string(j));
-  for (std::size_t i = 0; i < L; ++i) {
-    text(img, kLeft - 16, kTop + i * kCell + kCell / 2 - 5, std::to_string(i));
-    for (std::size_t j = 0; j < S; ++j)
-      fill(img, kLeft + j * kCell + 1, kTop + i * kCell + 1, kCell - 2, kCell - 2,
-           masked(i, j) ? png::rgb_pixel{200, 200, 200} : color(map(i, j)));
-  }
-  const std::size_t bar = kLeft + S * kCell + 30;  // colour bar: 0 at the top, 1 at the bottom
-  fill(img, bar - 1, kTop - 1, 14, L * kCell + 2, {160, 160, 160});
-  for (std::size_t y = 0; y < L * kCell; ++y) fill(img, bar, kTop + y, 12, 1, color(double(y) / double(L * kCell - 1)));
-  text(img, bar + 16, kTop, "0");
-  text(img, bar + 16, kTop + L * kCell - 10, "1");
+  const Layout at = layout(L, S, title);
+  Image img(static_cast<png::uint_32>(at.width), static_cast<png::uint_32>(at.height));
+  fill(img, 0, 0, at.width, at.height, kWhite);
+  text(img, kMargin, kMargin, title, kTitlePen);
+  axes(img, at, L, S);
+  cells(img, at, map, masked);
+  legend(img, at);
   img.write(file.string());
   fmt::print("  wrote {}\n", file.generic_string());
 }
@@ -118,8 +217,10 @@ int main(int argc, char** argv) try {
   std::filesystem::create_directories(out_dir);
   for (std::size_t h = 0; h < H; ++h)
     heatmap(xt::view(per_head, n, h), masked(h), fmt::format("head {}", h), out_dir / fmt::format("head{}.png", h));
-  heatmap(xt::view(mean, n), masked_all, "mean", out_dir / "mean.png");
-  fmt::print("  rows = query positions, columns = key positions; white 0, dark blue 1, grey masked\n");
+  heatmap(xt::view(mean, n), masked_all, "mean over heads", out_dir / "mean.png");
+  fmt::print(
+      "  rows = query positions, columns = key positions; each cell holds its weight,\n"
+      "  white 0 to dark blue 1; grey = masked (weight 0)\n");
 
   tutorial::step(4, "check against PyTorch");
   if (c.info.average_attn_weights)

@@ -1,42 +1,99 @@
 // drawing.hpp — what the tutorials that write PNG files (07 and 12) draw with: filled
-// rectangles, and labels in a 3x5 bitmap font, on png++ images.
+// rectangles, and text in a bitmap font, on png++ images. Two fonts: 3x5 glyphs (tutorial
+// 12's loss curve) and 5x7 glyphs (tutorial 07's attention maps, drawn large enough for a
+// projector). A glyph is a table of '#' (ink) and '.', drawn scaled up: each font pixel
+// becomes a scale x scale square. Everything is integer arithmetic, so the same text gives
+// the same pixels, and the PNG the same bytes, on every run.
 //
 // Include it before tutorial.hpp, which ends with `import mha;`.
 #pragma once
 
 #include <png++/png.hpp>
 
-#include <array>
 #include <cstddef>
+#include <cstring>
 #include <map>
 #include <string_view>
+#include <vector>
 
 namespace drawing {
 
 using Image = png::image<png::rgb_pixel>;
 
-// A font pixel is kScale x kScale pixels of the image; a glyph is 3 font pixels wide, 5
-// high, and the next one starts 4 font pixels further right.
-constexpr std::size_t kScale = 2;
+// A bitmap font. A glyph lists its rows from the top: `ascent` rows down to the baseline,
+// and more only for a letter that reaches below it (g, p, q, y); rows left out are blank.
+// A glyph's width is the length of its rows, so a narrow sign ('.') takes less room than a
+// digit. The next glyph starts one font pixel after the previous one ends.
+struct Font {
+  std::size_t ascent, height;  // rows above the baseline; rows in all, with those below it
+  std::map<char, std::vector<const char*>> glyphs;
+};
 
-// Five rows of three pixels per glyph, '#' = ink: the digits, and the letters and signs
-// the tutorials' labels use.
-inline const std::map<char, std::array<const char*, 5>> font = {
-    {'0', {"###", "#.#", "#.#", "#.#", "###"}}, {'1', {".#.", "##.", ".#.", ".#.", "###"}},
-    {'2', {"###", "..#", "###", "#..", "###"}}, {'3', {"###", "..#", "###", "..#", "###"}},
-    {'4', {"#.#", "#.#", "###", "..#", "..#"}}, {'5', {"###", "#..", "###", "..#", "###"}},
-    {'6', {"###", "#..", "###", "#.#", "###"}}, {'7', {"###", "..#", "..#", "..#", "..#"}},
-    {'8', {"###", "#.#", "###", "#.#", "###"}}, {'9', {"###", "#.#", "###", "..#", "###"}},
-    {'.', {"...", "...", "...", "...", ".#."}}, {'+', {"...", ".#.", "###", ".#.", "..."}},
-    {'a', {"...", "##.", "..#", "###", "###"}}, {'c', {"...", "###", "#..", "#..", "###"}},
-    {'d', {"..#", "..#", "###", "#.#", "###"}}, {'e', {"...", "###", "###", "#..", "###"}},
-    {'h', {"#..", "#..", "###", "#.#", "#.#"}}, {'k', {"#..", "#.#", "##.", "#.#", "#.#"}},
-    {'l', {".#.", ".#.", ".#.", ".#.", ".#."}}, {'m', {"...", "###", "###", "#.#", "#.#"}},
-    {'n', {"...", "##.", "#.#", "#.#", "#.#"}}, {'o', {"...", "###", "#.#", "#.#", "###"}},
-    {'p', {"...", "###", "#.#", "###", "#.."}}, {'q', {"...", "###", "#.#", "###", "..#"}},
-    {'r', {"...", "#.#", "##.", "#..", "#.."}}, {'s', {".##", "#..", ".#.", "..#", "##."}},
-    {'t', {".#.", "###", ".#.", ".#.", ".##"}}, {'u', {"...", "#.#", "#.#", "#.#", "###"}},
-    {'y', {"...", "#.#", "###", "..#", "##."}}, {' ', {"...", "...", "...", "...", "..."}},
+// 3x5: the digits, and the letters and signs tutorial 12's labels use.
+inline const Font font_3x5{.ascent = 5,
+                           .height = 5,
+                           .glyphs = {
+                               {'0', {"###", "#.#", "#.#", "#.#", "###"}}, {'1', {".#.", "##.", ".#.", ".#.", "###"}},
+                               {'2', {"###", "..#", "###", "#..", "###"}}, {'3', {"###", "..#", "###", "..#", "###"}},
+                               {'4', {"#.#", "#.#", "###", "..#", "..#"}}, {'5', {"###", "#..", "###", "..#", "###"}},
+                               {'6', {"###", "#..", "###", "#.#", "###"}}, {'7', {"###", "..#", "..#", "..#", "..#"}},
+                               {'8', {"###", "#.#", "###", "#.#", "###"}}, {'9', {"###", "#.#", "###", "..#", "###"}},
+                               {'.', {"...", "...", "...", "...", ".#."}}, {'+', {"...", ".#.", "###", ".#.", "..."}},
+                               {'a', {"...", "##.", "..#", "###", "###"}}, {'c', {"...", "###", "#..", "#..", "###"}},
+                               {'d', {"..#", "..#", "###", "#.#", "###"}}, {'e', {"...", "###", "###", "#..", "###"}},
+                               {'h', {"#..", "#..", "###", "#.#", "#.#"}}, {'k', {"#..", "#.#", "##.", "#.#", "#.#"}},
+                               {'l', {".#.", ".#.", ".#.", ".#.", ".#."}}, {'m', {"...", "###", "###", "#.#", "#.#"}},
+                               {'n', {"...", "##.", "#.#", "#.#", "#.#"}}, {'o', {"...", "###", "#.#", "#.#", "###"}},
+                               {'p', {"...", "###", "#.#", "###", "#.."}}, {'q', {"...", "###", "#.#", "###", "..#"}},
+                               {'r', {"...", "#.#", "##.", "#..", "#.."}}, {'s', {".##", "#..", ".#.", "..#", "##."}},
+                               {'t', {".#.", "###", ".#.", ".#.", ".##"}}, {'u', {"...", "#.#", "#.#", "#.#", "###"}},
+                               {'y', {"...", "#.#", "###", "..#", "##."}}, {' ', {"...", "...", "...", "...", "..."}},
+                           }};
+
+// 5x7: the digits, the decimal point, and the lower-case letters of tutorial 07's titles,
+// axis labels and legend ("head", "mean over heads", "query position", "key position",
+// "weight", "masked"); g, p, q and y reach two rows below the seventh, the baseline.
+inline const Font font_5x7{.ascent = 7,
+                           .height = 9,
+                           .glyphs = {
+                               {'0', {".###.", "#...#", "#..##", "#.#.#", "##..#", "#...#", ".###."}},
+                               {'1', {"..#..", ".##..", "..#..", "..#..", "..#..", "..#..", ".###."}},
+                               {'2', {".###.", "#...#", "....#", "...#.", "..#..", ".#...", "#####"}},
+                               {'3', {"#####", "...#.", "..#..", "...#.", "....#", "#...#", ".###."}},
+                               {'4', {"...#.", "..##.", ".#.#.", "#..#.", "#####", "...#.", "...#."}},
+                               {'5', {"#####", "#....", "####.", "....#", "....#", "#...#", ".###."}},
+                               {'6', {"..##.", ".#...", "#....", "####.", "#...#", "#...#", ".###."}},
+                               {'7', {"#####", "....#", "...#.", "..#..", ".#...", ".#...", ".#..."}},
+                               {'8', {".###.", "#...#", "#...#", ".###.", "#...#", "#...#", ".###."}},
+                               {'9', {".###.", "#...#", "#...#", ".####", "....#", "...#.", ".##.."}},
+                               {'.', {"..", "..", "..", "..", "..", "##", "##"}},
+                               {' ', {"...", "...", "...", "...", "...", "...", "..."}},
+                               {'a', {".....", ".....", ".###.", "....#", ".####", "#...#", ".####"}},
+                               {'d', {"....#", "....#", ".##.#", "#..##", "#...#", "#...#", ".####"}},
+                               {'e', {".....", ".....", ".###.", "#...#", "#####", "#....", ".###."}},
+                               {'g', {".....", ".....", ".####", "#...#", "#...#", "#...#", ".####", "....#", ".###."}},
+                               {'h', {"#....", "#....", "#.##.", "##..#", "#...#", "#...#", "#...#"}},
+                               {'i', {"..#..", ".....", ".##..", "..#..", "..#..", "..#..", ".###."}},
+                               {'k', {"#....", "#....", "#..#.", "#.#..", "##...", "#.#..", "#..#."}},
+                               {'m', {".....", ".....", "##.#.", "#.#.#", "#.#.#", "#...#", "#...#"}},
+                               {'n', {".....", ".....", "#.##.", "##..#", "#...#", "#...#", "#...#"}},
+                               {'o', {".....", ".....", ".###.", "#...#", "#...#", "#...#", ".###."}},
+                               {'p', {".....", ".....", "####.", "#...#", "#...#", "#...#", "####.", "#....", "#...."}},
+                               {'q', {".....", ".....", ".####", "#...#", "#...#", "#...#", ".####", "....#", "....#"}},
+                               {'r', {".....", ".....", "#.##.", "##..#", "#....", "#....", "#...."}},
+                               {'s', {".....", ".....", ".####", "#....", ".###.", "....#", "####."}},
+                               {'t', {".#...", ".#...", "###..", ".#...", ".#...", ".#..#", "..##."}},
+                               {'u', {".....", ".....", "#...#", "#...#", "#...#", "#..##", ".##.#"}},
+                               {'v', {".....", ".....", "#...#", "#...#", "#...#", ".#.#.", "..#.."}},
+                               {'w', {".....", ".....", "#...#", "#...#", "#.#.#", "#.#.#", ".#.#."}},
+                               {'y', {".....", ".....", "#...#", "#...#", "#...#", "#...#", ".####", "....#", ".###."}},
+                           }};
+
+// How text is drawn: in which font, how many image pixels per font pixel, in which colour.
+struct Pen {
+  const Font* font = &font_3x5;
+  std::size_t scale = 2;
+  png::rgb_pixel ink{0, 0, 0};
 };
 
 // The w x h rectangle with its top left corner at (x0, y0), in colour c.
@@ -45,14 +102,41 @@ inline void fill(Image& img, std::size_t x0, std::size_t y0, std::size_t w, std:
     for (std::size_t x = x0; x < x0 + w; ++x) img[y][x] = c;
 }
 
-// `s` with its top left corner at (x, y).
-inline void text(Image& img, std::size_t x, std::size_t y, std::string_view s, png::rgb_pixel ink = {0, 0, 0}) {
+// How many pixels `s` takes along its line, and across it.
+inline std::size_t text_width(std::string_view s, const Pen& pen = {}) {
+  std::size_t font_pixels = 0;
+  for (char ch : s) font_pixels += std::strlen(pen.font->glyphs.at(ch)[0]) + 1;
+  return font_pixels == 0 ? 0 : (font_pixels - 1) * pen.scale;  // no gap after the last glyph
+}
+inline std::size_t text_height(const Pen& pen = {}) { return pen.font->height * pen.scale; }
+inline std::size_t text_ascent(const Pen& pen = {}) { return pen.font->ascent * pen.scale; }
+
+// `s` with its top left corner at (x, y), read left to right.
+inline void text(Image& img, std::size_t x, std::size_t y, std::string_view s, const Pen& pen = {}) {
   for (char ch : s) {
-    const auto& glyph = font.at(ch);
-    for (std::size_t r = 0; r < 5; ++r)
-      for (std::size_t col = 0; col < 3; ++col)
-        if (glyph[r][col] == '#') fill(img, x + col * kScale, y + r * kScale, kScale, kScale, ink);
-    x += 4 * kScale;
+    const auto& glyph = pen.font->glyphs.at(ch);
+    const std::size_t width = std::strlen(glyph[0]);
+    for (std::size_t r = 0; r < glyph.size(); ++r)
+      for (std::size_t col = 0; col < width; ++col)
+        if (glyph[r][col] == '#') fill(img, x + col * pen.scale, y + r * pen.scale, pen.scale, pen.scale, pen.ink);
+    x += (width + 1) * pen.scale;
+  }
+}
+
+// `s` turned a quarter left, read bottom to top, as a y axis is labelled: it fills the
+// text_height(pen) x text_width(s, pen) box whose top left corner is (x, y). A glyph's top
+// row is the box's left column, and its first glyph is at the bottom.
+inline void text_up(Image& img, std::size_t x, std::size_t y, std::string_view s, const Pen& pen = {}) {
+  std::size_t along = 0;  // pixels read so far, from the box's bottom edge up
+  const std::size_t bottom = y + text_width(s, pen);
+  for (char ch : s) {
+    const auto& glyph = pen.font->glyphs.at(ch);
+    const std::size_t width = std::strlen(glyph[0]);
+    for (std::size_t r = 0; r < glyph.size(); ++r)
+      for (std::size_t col = 0; col < width; ++col)
+        if (glyph[r][col] == '#')
+          fill(img, x + r * pen.scale, bottom - along - (col + 1) * pen.scale, pen.scale, pen.scale, pen.ink);
+    along += (width + 1) * pen.scale;
   }
 }
 

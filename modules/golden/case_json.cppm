@@ -10,7 +10,7 @@ module;
 
 module mha.golden:case_json;
 
-import mha;
+import mha.core;
 
 namespace mha::detail {
 

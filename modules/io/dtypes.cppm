@@ -13,7 +13,7 @@ module;
 
 module mha.io:dtypes;
 
-import mha;
+import mha.core;
 
 namespace mha::detail {
 

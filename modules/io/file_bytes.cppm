@@ -11,7 +11,7 @@ module;
 
 module mha.io:file_bytes;
 
-import mha;
+import mha.core;
 
 namespace mha::detail {
 

@@ -19,7 +19,7 @@ module;
 
 module mha.io:npy_header;
 
-import mha;
+import mha.core;
 import :dtypes;
 import :file_bytes;
 
@@ -69,8 +69,10 @@ std::vector<std::size_t> parse_npy_shape(std::string_view text, const std::strin
     if (digits == 0) throw Error(fmt::format("{}: npy shape '{}' is not a tuple of integers", where, text));
     shape.push_back(value);
     skip_spaces();
-    if (i < end && text[i++] != ',')
-      throw Error(fmt::format("{}: npy shape '{}' is not a tuple of integers", where, text));
+    if (i < end) {  // another dimension follows, after a comma
+      if (text[i] != ',') throw Error(fmt::format("{}: npy shape '{}' is not a tuple of integers", where, text));
+      ++i;
+    }
     skip_spaces();
   }
   return shape;

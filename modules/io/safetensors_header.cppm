@@ -22,7 +22,7 @@ module;
 
 module mha.io:safetensors_header;
 
-import mha;
+import mha.core;
 import :dtypes;
 
 namespace mha::detail {

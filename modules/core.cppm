@@ -1,13 +1,17 @@
-// mha:error — the library's one exception type, and how its messages are worded.
+// mha.core — the library's one exception type, and how its messages are worded.
 //
 // Every invalid argument is reported as an mha::Error whose message starts with the
 // argument's name, then says what was expected and what was given, in PyTorch's words
 // where PyTorch has a message (torch/nn/functional.py, multi_head_attention_forward).
 // Nothing is checked with assert(): the checks stay in Release builds.
+//
+// A module of its own, re-exported by mha: the units of mha.io and mha.golden that only
+// check and report (a file's bytes, a header, a case.json) import this and need not wait
+// for the rest of mha to be compiled (docs/building.md).
 module;
 #include "third_party_core.hpp"
 
-export module mha:error;
+export module mha.core;
 
 export namespace mha {
 
