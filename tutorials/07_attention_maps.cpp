@@ -173,8 +173,8 @@ int main(int argc, char** argv) try {
                   "              heatmaps; causal mask and padded key visible as grey cells.");
   auto c = tutorial::load<double>(case_name);
   const auto& o = c.info.options;
-  if (o.add_bias_kv || o.add_zero_attn || c.query.dimension() != 3 || !c.info.need_weights)
-    return fmt::print("This tutorial takes batched cases with need_weights, no add_bias_kv / add_zero_attn.\n"), 2;
+  tutorial::refuse_unless(!o.add_bias_kv && !o.add_zero_attn && c.query.dimension() == 3 && c.info.need_weights, c.info,
+                          "is not a batched case with need_weights and without add_bias_kv / add_zero_attn");
   tutorial::Verdict verdict(c);
   auto module = tutorial::reference_module(c);
 
@@ -186,7 +186,8 @@ int main(int argc, char** argv) try {
   tutorial::shape("attn_output_weights (N, H, L, S)", per_head);
   const xt::xarray<double> mean = xt::mean(per_head, {1});  // (N, L, S)
   tutorial::shape("mean over heads (N, L, S)", mean);
-  if (n >= per_head.shape(0)) return fmt::print("--batch {}: the case has N = {}\n", n, per_head.shape(0)), 2;
+  tutorial::refuse_unless(n < per_head.shape(0), c.info,
+                          fmt::format("has N = {}: no batch entry {} to draw (--batch)", per_head.shape(0), n));
 
   tutorial::step(2, "which cells are masked: attn_mask + key_padding_mask (tutorial 05)");
   // Step 2 of forward() (mha::prepare_masks), then the merge of step 7.

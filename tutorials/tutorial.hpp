@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -114,9 +115,14 @@ inline void refuse_error_case(const mha::CaseInfo& info) {
                 "records an error PyTorch raised (expect_error), not outputs: choose a case that runs");
 }
 
+// A golden case, read as T. A case that records an error, or one of the other dtype, is
+// refused, not converted.
 template <class T>
 mha::Case<T> load(std::string_view name) {
   const auto info = mha::read_case_info(case_dir(name));
+  refuse_error_case(info);
+  constexpr std::string_view dtype = std::is_same_v<T, float> ? "float32" : "float64";
+  refuse_unless(info.dtype == dtype, info, fmt::format("is {}: this tutorial reads {} cases", info.dtype, dtype));
   fmt::print("Golden case: {} ({})\n", info.name, info.dtype);
   return mha::load_case<T>(info);
 }
