@@ -8,7 +8,9 @@
 //
 // Each benchmark is self-attention (query is key is value), sequence-first, eval mode,
 // float32, at the benchmark's shapes (README, Performance) (L = S, N, E, H): the forward
-// with need_weights true and false, and the backward (bench_backward).
+// with need_weights true and false, and the backward (bench_backward). Then decoding:
+// one token's step with a KV cache of 128, 1024 and 8192 positions, and the same step
+// without one (bench_decode_step, bench_decode_no_cache).
 // Its gflops counter counts the multiply-adds of multi-head attention:
 //   in-projection 2*L*N*E*3E + q.k^T 2*N*L*S*E + P.v 2*N*L*S*E + out_proj 2*L*N*E*E
 //   = 8*L*N*E^2 + 4*N*L*S*E.
@@ -112,6 +114,57 @@ void bench_backward(benchmark::State& state, Shape s, mha::AttentionPath path) {
   state.counters["gflops"] =
       benchmark::Counter(2.0 * mha_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = mha::num_threads();
+}
+
+// Decoding: one new token (N = 1) attending to `cached` earlier ones, E = 1024, H = 16.
+struct DecodeShape {
+  std::size_t cached, E, H;
+};
+const std::vector<DecodeShape> decode_shapes = {{128, 1024, 16}, {1024, 1024, 16}, {8192, 1024, 16}};
+const std::vector<DecodeShape> tiny_decode_shapes = {{4, 8, 2}};
+
+mha::MultiheadAttention<float> decode_module(const DecodeShape& s, mha::AttentionPath path) {
+  mha::MultiheadAttention<float> module(
+      mha::Options{.embed_dim = static_cast<std::int64_t>(s.E), .num_heads = static_cast<std::int64_t>(s.H)}, 1);
+  module.eval();
+  module.set_attention_path(path);
+  return module;
+}
+
+// One decoding step with a KV cache (mha::KVCache): the new token's q, k and v projected,
+// k and v appended, its attention over the cached + 1 positions, out_proj. The cache is
+// filled outside the timing (in chunks of 512 positions, causal) and cut back to `cached`
+// after every step, so each step sees the same length.
+void bench_decode_step(benchmark::State& state, DecodeShape s, mha::AttentionPath path) {
+  auto module = decode_module(s, path);
+  const auto prompt = random_input(s.cached, 1, s.E, 2);  // (t, 1, E)
+  mha::KVCache<float> cache;
+  for (std::size_t t0 = 0; t0 < s.cached; t0 += 512) {
+    const std::size_t t1 = std::min(s.cached, t0 + 512);
+    cache.step(module, xt::xarray<float>(xt::view(prompt, xt::range(t0, t1), xt::all(), xt::all())));
+  }
+  const auto token = random_input(1, 1, s.E, 3);  // (1, 1, E)
+  for (auto _ : state) {
+    auto out = cache.step(module, token);
+    benchmark::DoNotOptimize(out.attn_output.data());
+    cache.truncate(s.cached);
+  }
+  state.counters["cached"] = static_cast<double>(s.cached);
+}
+
+// The same step without a cache: the new token's query against the k and v of all
+// cached + 1 positions, projected again (no mask needed: the last position sees them all).
+void bench_decode_no_cache(benchmark::State& state, DecodeShape s, mha::AttentionPath path) {
+  auto module = decode_module(s, path);
+  const auto sequence = random_input(s.cached + 1, 1, s.E, 2);  // (t + 1, 1, E)
+  const xt::xarray<float> token = xt::view(sequence, xt::range(s.cached, s.cached + 1), xt::all(), xt::all());
+  mha::ForwardOptions<float> opts;
+  opts.need_weights = false;
+  for (auto _ : state) {
+    auto out = module.forward(token, sequence, sequence, opts);
+    benchmark::DoNotOptimize(out.attn_output.data());
+  }
+  state.counters["cached"] = static_cast<double>(s.cached);
 }
 
 // C (n, n) = A (n, n) B (n, n) in float through OpenBLAS: the machine's sgemm peak.
@@ -255,6 +308,16 @@ int main(int argc, char** argv) {
                                    bench_backward, s, path)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
+    for (const auto& s : tiny ? tiny_decode_shapes : decode_shapes) {
+      benchmark::RegisterBenchmark(fmt::format("mha_decode_step/cached={}/E={}/H={}", s.cached, s.E, s.H).c_str(),
+                                   bench_decode_step, s, path)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(fmt::format("mha_decode_no_cache/cached={}/E={}/H={}", s.cached, s.E, s.H).c_str(),
+                                   bench_decode_no_cache, s, path)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
     const std::size_t n = tiny ? 64 : 2048;
     benchmark::RegisterBenchmark(fmt::format("sgemm_peak/n={}", n).c_str(), bench_sgemm, n, mha::GemmLibrary::openblas)
         ->Unit(benchmark::kMillisecond)

@@ -2,20 +2,26 @@
 """Generate the golden cases: what real torch.nn.MultiheadAttention computes.
 
 Every case is a folder `<case-name>/` holding `case.json` and `.npy` tensors, in the
-format of golden/FORMAT.md: version 1 (the forward), or version 2 for the `backward_*`
-cases (the forward, and PyTorch's autograd gradients of it; golden/generator/backward.py). The expected numbers come from a real
+format of golden/FORMAT.md: version 1 (the forward), version 2 for the `backward_*`
+cases (the forward, and PyTorch's autograd gradients of it; golden/generator/backward.py),
+or version 3 for the `functional_*` cases (one call of
+`torch.nn.functional.multi_head_attention_forward` with the tensors written to the case,
+static_k and static_v among them; golden/generator/functional.py). The expected numbers
+of versions 1 and 2 come from a real
 `torch.nn.MultiheadAttention` (PyTorch 1.13, Debian's python3-torch) in eval mode, run
 on its slow path, `torch.nn.functional.multi_head_attention_forward`: the same math as
 the C++ code, step by step. `q.npy`, `k.npy`, `v.npy` come from PyTorch's own
 in-projection helpers (`_in_projection_packed`, `_in_projection`), called on exactly
 the tensor objects the module passes them. Rejection cases (`expect_error: true`)
 hold invalid inputs or options and no expected outputs; where PyTorch 1.13 rejects
-them too, the generator checks that it does.
+them too, the generator checks that it does (and a version-3 case records PyTorch's
+message as pytorch_error).
 
 This is not a test and not a reader of cases: it only writes them. Nobody edits a
 golden by hand; change the generator and regenerate. This file is the command; the
 generator is the package golden/generator/ next to it (its __init__.py lists the
-modules). The cases are tables in golden/generator/cases.py.
+modules). The cases are tables in golden/generator/cases.py, and the version-3 cases
+in golden/generator/functional.py.
 
 Run it from anywhere (Debian's /usr/bin/python3: that is where PyTorch is installed):
 
@@ -40,8 +46,8 @@ Only cases/ holds golden cases.
 --check compares every file, in one of two ways (see golden/generator/check.py). What the
 generator draws or copies -- case.json, parameters, inputs, masks, the JSON and
 safetensors files -- must match byte for byte. What PyTorch computes with floating-point
-kernels -- attn_output, attn_output_weights, q, k, v, the gradients grad.*, a training
-run's losses and final parameters -- must match
+kernels -- attn_output, attn_output_weights, q, k, v, the gradients grad.*, a decoding
+step's static_k and static_v, a training run's losses and final parameters -- must match
 in dtype and shape exactly and in value within a few ULPs of the tensor's largest
 magnitude: those kernels (OpenBLAS's GEMMs, ATen's vectorised loops) round differently on
 different CPUs. (The bound was measured on forward tensors; the gradients, computed by

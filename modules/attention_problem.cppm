@@ -24,20 +24,21 @@ template <class T>
 struct StridedHeads {
   T* data = nullptr;
   std::size_t row_stride = 0;    // N*E in (L, N, E), N*3E in (L, N, 3E), E in (N, L, E)
-  std::size_t batch_stride = 0;  // E or 3E; L*E in (N, L, E)
+  std::size_t batch_stride = 0;  // E or 3E; L*E in (N, L, E); H*S*D in static_k's (N*H, S, D)
+  std::size_t head_stride = 0;   // 0: D, the heads side by side in a row; S*D in static_k's (N*H, S, D)
   // An empty tensor has no data: its heads are null too (an offset on null is undefined).
   T* head(std::size_t n, std::size_t h, std::size_t D) const {
-    return data == nullptr ? nullptr : data + n * batch_stride + h * D;
+    return data == nullptr ? nullptr : data + n * batch_stride + h * (head_stride == 0 ? D : head_stride);
   }
   // The same tensor, read-only: a buffer the kernels only read.
   operator StridedHeads<const T>() const
   requires(!std::is_const_v<T>)
   {
-    return {data, row_stride, batch_stride};
+    return {data, row_stride, batch_stride, head_stride};
   }
   // The same tensor `offset` columns further on: k and v inside a (L, N, 3E) buffer.
   StridedHeads shifted(std::size_t offset) const {
-    return {data == nullptr ? nullptr : data + offset, row_stride, batch_stride};
+    return {data == nullptr ? nullptr : data + offset, row_stride, batch_stride, head_stride};
   }
 };
 

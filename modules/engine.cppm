@@ -104,7 +104,36 @@ StridedHeads<T> project_into(const FastCall<T>& c, const xt::xarray<T>& x, const
   const std::size_t rows = layout.len * layout.N;
   T* y = c.ws.get(rows * width);
   parallel_linear_into(x.data(), rows, layout.width, w, width, bias ? bias + first : nullptr, y, c.threads);
-  return {y, layout.row_stride(width), layout.batch_stride(width)};
+  return {y, layout.row_stride(width), layout.batch_stride(width), 0};
+}
+
+// static_k or static_v as the kernels read it: head b of (B, S, D) at b * head_stride.
+template <class T>
+StridedHeads<const T> static_heads(const StaticHeads<T>& x, std::size_t H) {
+  return {x.data, /*row_stride=*/x.D, /*batch_stride=*/H * x.head_stride, /*head_stride=*/x.head_stride};
+}
+
+// Step 3 when static_k or static_v replaces k or v: only what is not replaced is
+// projected, each on its own GEMM. (PyTorch 1.13 projects all three and drops the result.)
+template <class T>
+Projection<T> project_around_statics(const FastCall<T>& c, const Parameters<T>& params, const TransposedWeights<T>& wt,
+                                     const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                                     const StaticKV<T>& statics) {
+  const std::size_t E = c.E;
+  const Geometry& g = c.g;
+  const T* b = params.in_proj_bias ? params.in_proj_bias->data() : nullptr;  // (3E): [b_q; b_k; b_v]
+  // W^T of block 0 (q), 1 (k) or 2 (v): a column block of (E, 3E), or a weight of its own
+  auto w = [&](std::size_t block) {
+    if (params.packed) return LinearWeight<T>{wt.in_proj.data() + block * E, 3 * E, true};
+    const xt::xtensor<T, 2>& t = block == 0 ? wt.q : block == 1 ? wt.k : wt.v;
+    return LinearWeight<T>{t.data(), E, true};
+  };
+  Projection<T> p;
+  p.q = project_into(c, query, g.query, w(0), b, 0, E);  // (L, N, E)
+  p.k = statics.k ? static_heads(statics.k, c.H) : StridedHeads<const T>(project_into(c, key, g.key, w(1), b, E, E));
+  p.v = statics.v ? static_heads(statics.v, c.H)
+                  : StridedHeads<const T>(project_into(c, value, g.value, w(2), b, 2 * E, E));
+  return p;
 }
 
 // Step 3 on the inputs as they are, with the fewest GEMMs: self-attention with the packed
@@ -112,10 +141,12 @@ StridedHeads<T> project_into(const FastCall<T>& c, const xt::xarray<T>& x, const
 // _in_projection_packed. q (L, N, E), k and v (S, N, E), as views.
 template <class T>
 Projection<T> project(const FastCall<T>& c, const Parameters<T>& params, const TransposedWeights<T>& wt,
-                      const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value) {
+                      const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                      const StaticKV<T>& statics) {
   const std::size_t E = c.E;
   const Geometry& g = c.g;
   const T* b = params.in_proj_bias ? params.in_proj_bias->data() : nullptr;  // (3E): [b_q; b_k; b_v]
+  if (statics.any()) return project_around_statics(c, params, wt, query, key, value, statics);
   if (!params.packed)
     return {project_into(c, query, g.query, {wt.q.data(), E, true}, b, 0, E),
             project_into(c, key, g.key, {wt.k.data(), E, true}, b, E, E),
@@ -145,20 +176,34 @@ void scale_query(const FastCall<T>& c, const StridedHeads<T>& q) {
     }
 }
 
+// Step 6 on static_k or static_v: (B, S, D) copied into (B, S + 1, D), the last position
+// of every head zero (add_zero_attn). bias_k and bias_v never meet a static one.
+template <class T>
+StridedHeads<const T> zero_key_after(const FastCall<T>& c, const StaticHeads<T>& x) {
+  const std::size_t S = x.S + 1, D = x.D;
+  T* y = c.ws.get(x.B * S * D);  // (B, S + 1, D)
+  for (std::size_t b = 0; b < x.B; ++b) {
+    std::copy_n(x.data + b * x.head_stride, x.S * D, y + b * S * D);
+    std::fill_n(y + (b * S + x.S) * D, D, T(0));
+  }
+  return {y, D, c.H * S * D, S * D};
+}
+
 // Steps 4 and 6 at once: k and v copied into (S', N, E) with bias_k/bias_v and the zero
 // key appended (:extra_keys), and the masks padded by one column for each.
 template <class T>
-void extend_keys(const FastCall<T>& c, const Options& options, const Parameters<T>& params, Projection<T>& p,
-                 PreparedMasks<T>& masks) {
+void extend_keys(const FastCall<T>& c, const Options& options, const Parameters<T>& params, const StaticKV<T>& statics,
+                 Projection<T>& p, PreparedMasks<T>& masks) {
   const std::size_t S = c.g.S, N = c.g.N, E = c.E;
   const std::size_t extra = std::size_t{options.add_bias_kv} + std::size_t{options.add_zero_attn};
   auto extend = [&](const StridedHeads<const T>& x, const std::optional<xt::xtensor<T, 3>>& bias) {
     T* y = c.ws.get((S + extra) * N * E);  // (S', N, E)
     extend_keys_into(x.data, x.row_stride, x.batch_stride, S, N, E, bias ? bias->data() : nullptr,
                      std::size_t{options.add_zero_attn}, y);
-    return StridedHeads<const T>{y, N * E, E};
+    return StridedHeads<const T>{y, N * E, E, 0};
   };
-  p.k = extend(p.k, params.bias_k), p.v = extend(p.v, params.bias_v);
+  p.k = statics.k ? zero_key_after(c, statics.k) : extend(p.k, params.bias_k);
+  p.v = statics.v ? zero_key_after(c, statics.v) : extend(p.v, params.bias_v);
   for (std::size_t i = 0; i < extra; ++i) masks.pad_for_extra_key();
 }
 
@@ -222,28 +267,30 @@ public:
   // Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2).
   Output<T> forward(const Options& options, const Parameters<T>& params, const xt::xarray<T>& query,
                     const xt::xarray<T>& key, const xt::xarray<T>& value, const Geometry& g, PreparedMasks<T> masks,
-                    const ForwardOptions<T>& opts, AttentionPath path, double dropout_p, Generator& generator) {
+                    const ForwardOptions<T>& opts, const StaticKV<T>& statics, AttentionPath path, double dropout_p,
+                    Generator& generator) {
     const Sizes s(options);
     const std::size_t L = g.L, N = g.N, E = s.E;
+    const std::size_t S = statics.k ? statics.k.S : g.S;  // the keys' length: static_k's when given
     // The library's threads split the GEMMs' rows where OpenBLAS runs single-threaded
     // (:threads); below ~20 MFLOP a forward is over before a second thread would start.
-    const double flops = 8.0 * double(L * N) * double(E * E) + 4.0 * double(N * L * g.S) * double(E);
+    const double flops = 8.0 * double(L * N) * double(E * E) + 4.0 * double(N * L * S) * double(E);
     Workspace<T>& ws = Workspace<T>::of_this_thread();
     const FastCall<T> c{g, E, s.H, s.D, ws, threads_for(flops, /*threshold=*/2e7, engine_threads())};
     const auto wt = transposed(params);  // W^T of this version of the weights
 
     // 3) in-projection, q scaled by sqrt(1/D) in its buffer
-    Projection<T> p = project(c, params, *wt, query, key, value);  // q (L, N, E), k and v (S, N, E)
+    Projection<T> p = project(c, params, *wt, query, key, value, statics);  // q (L, N, E), k and v (S, N, E)
     scale_query(c, p.q);
     // 4), 6) bias_k/bias_v and the zero key: k and v copied once into (S', N, E), masks padded
-    if (options.add_bias_kv || options.add_zero_attn) extend_keys(c, options, params, p, masks);
-    const std::size_t S_total = g.S + options.add_bias_kv + options.add_zero_attn;  // S'
+    if (options.add_bias_kv || options.add_zero_attn) extend_keys(c, options, params, statics, p, masks);
+    const std::size_t S_total = S + options.add_bias_kv + options.add_zero_attn;  // S'
     // 7) the masks stay separate; the kernels add attn_mask(b, i, j) + key_padding_mask(n, j)
     if (masks.causal_hint) masks.attn_mask = causal_attn_mask<T>(L, S_total);  // (1, L, S')
 
     // 8) attention per head, into the heads' columns of one buffer in the query's layout
     T* heads = ws.get(L * N * E);  // (L, N, E), or (N, L, E) batch_first
-    AttentionProblem<T> pb{{p.q.data, p.q.row_stride, p.q.batch_stride},
+    AttentionProblem<T> pb{{p.q.data, p.q.row_stride, p.q.batch_stride, 0},
                            p.k,
                            p.v,
                            additive_masks(masks, L, S_total),
@@ -252,7 +299,7 @@ public:
                            L,
                            S_total,
                            s.D,
-                           {heads, g.query.row_stride(E), g.query.batch_stride(E)},
+                           {heads, g.query.row_stride(E), g.query.batch_stride(E), 0},
                            dropout_p,
                            &generator,
                            &ws.scratch,

@@ -99,6 +99,30 @@ xt::xarray<T> output_weights(const T* w, std::size_t N, std::size_t H, std::size
 
 namespace mha::detail {
 
+// static_k or static_v of the functional form: keys or values already projected and
+// split into heads, (B, S, D), that replace k or v after the in-projection (a KV cache).
+// Head b starts at data + b * head_stride, its position j at + j * D: a (B, S, D) tensor
+// has head_stride = S * D, a KVCache with room for more positions a larger one.
+template <class T>
+struct StaticHeads {
+  const T* data = nullptr;  // none: k (or v) comes from the in-projection
+  std::size_t B = 0, S = 0, D = 0, head_stride = 0;
+  explicit operator bool() const { return data != nullptr; }
+  // The heads as a (B, S, D) tensor of their own: what the reference path reads.
+  xt::xtensor<T, 3> tensor() const {
+    xt::xtensor<T, 3> x({B, S, D});
+    for (std::size_t b = 0; b < B; ++b) std::copy_n(data + b * head_stride, S * D, x.data() + b * S * D);
+    return x;
+  }
+};
+
+// static_k and static_v, either or both, or neither (the module's forward).
+template <class T>
+struct StaticKV {
+  StaticHeads<T> k, v;
+  bool any() const { return bool(k) || bool(v); }
+};
+
 // The sizes of one forward(), checked as multi_head_attention_forward checks them.
 struct Geometry {
   bool batched = true;

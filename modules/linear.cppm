@@ -101,7 +101,8 @@ template <class T, std::size_t N>
 xt::xtensor<T, N> linear(const xt::xtensor<T, N>& x, const xt::xtensor<T, 2>& weight,
                          const std::optional<xt::xtensor<T, 1>>& bias) {
   const std::size_t in = weight.shape(1), out = weight.shape(0);
-  const std::size_t rows = in == 0 ? x.size() : x.size() / in;
+  std::size_t rows = 1;  // the product of x's leading dimensions, also when in = 0
+  for (std::size_t d = 0; d + 1 < N; ++d) rows *= x.shape(d);
   auto shape = x.shape();
   shape[N - 1] = out;
   xt::xtensor<T, N> y(shape);

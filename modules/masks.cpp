@@ -30,6 +30,15 @@ xt::xtensor<bool, 2> causal_mask(std::size_t L, std::size_t S) {
   return mask;
 }
 
+// The causal mask of L new positions after `cached` ones (decoding with a KV cache): new
+// position i is position cached + i and sees keys 0..cached+i. (L, cached + L)
+xt::xtensor<bool, 2> causal_mask_after(std::size_t cached, std::size_t L) {
+  xt::xtensor<bool, 2> mask({L, cached + L});
+  for (std::size_t i = 0; i < L; ++i)
+    for (std::size_t j = 0; j < cached + L; ++j) mask(i, j) = j > cached + i;
+  return mask;
+}
+
 // The causal mask as nn.Transformer.generate_square_subsequent_mask makes it: a float
 // mask with -inf above the diagonal and 0 elsewhere. (L, L)
 template <class T>

@@ -45,6 +45,10 @@ xt::xarray<T> canonical_mask(const Mask<T>& mask);
 // (L, S)
 xt::xtensor<bool, 2> causal_mask(std::size_t L, std::size_t S);
 
+// The causal mask of L new positions after `cached` ones (decoding with a KV cache): new
+// position i is position cached + i and sees keys 0..cached+i. (L, cached + L)
+xt::xtensor<bool, 2> causal_mask_after(std::size_t cached, std::size_t L);
+
 // The causal mask as nn.Transformer.generate_square_subsequent_mask makes it: a float
 // mask with -inf above the diagonal and 0 elsewhere. (L, L)
 template <class T>

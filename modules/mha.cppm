@@ -19,10 +19,13 @@
 //   :inputs              the inputs' shapes and layouts (step 1), the caller's layout (step 10)
 //   :parameters          the parameters by state_dict name, and their initialisation
 //   :reference_forward   multi_head_attention_forward, steps 3 to 10, one tensor per step
+//   :functional          F.multi_head_attention_forward itself, argument for argument:
+//                        static_k/static_v, each bias optional, separate weights
 //   :gradients           the backward of each step: linear, softmax, dropout, heads, ...
 //   :reference_backward  the gradients of a forward, steps 10 to 1 in reverse
 //   :multihead_attention the module: parameters, train/eval, a forward that picks a path,
 //                        backward
+//   :kv_cache            decoding one token at a time: the keys and values kept, a step
 // The machine underneath:
 //   :cpu                 what this CPU runs: SSE2, AVX, AVX2 + FMA, AVX-512
 //   :blas                which OpenBLAS kernel runs the GEMMs: the best this CPU runs
@@ -55,9 +58,11 @@ export import :options;
 export import :inputs;
 export import :parameters;
 export import :reference_forward;
+export import :functional;
 export import :gradients;
 export import :reference_backward;
 export import :multihead_attention;
+export import :kv_cache;
 // The engine exports no name; it is re-exported because every interface partition must be,
 // and because MultiheadAttention, which holds one, needs its definition reachable.
 export import :engine;

@@ -30,15 +30,20 @@ import :parameters;
 import :in_projection;
 import :inputs;
 import :masks;
+import :attention;
 import :reference_forward;
+import :functional;
 import :reference_backward;
 import :engine;
+import :linear;
 import :engine_backward;
 
 export namespace mha {
 
 template <class T>
 class MultiheadAttention;
+template <class T>
+class KVCache;
 
 // What backward() needs from one forward: made by MultiheadAttention::forward_for_backward,
 // read by its backward(), opaque to everyone else (so it always holds a forward's tensors
@@ -61,9 +66,12 @@ private:
 template <class T>
 class MultiheadAttention {
 public:
-  // Parameters are initialised as PyTorch's _reset_parameters does, from `generator`.
+  // Parameters are initialised as PyTorch's _reset_parameters does, from `generator`;
+  // then the dropout generator is seeded from it too, so that layers made one after the
+  // other from one generator draw different dropout masks (as from PyTorch's global one).
   MultiheadAttention(const Options& options, Generator& generator) : options_(validated(options)), params_(options_) {
     params_.reset(generator);
+    dropout_generator_.seed(generator.next_seed());
   }
   explicit MultiheadAttention(const Options& options, std::uint64_t seed = 0)
       : options_(validated(options)), params_(options_), dropout_generator_(seed) {
@@ -87,7 +95,16 @@ public:
   void train(bool mode = true) { training_ = mode; }
   void eval() { training_ = false; }
   bool training() const { return training_; }
-  Generator& dropout_generator() { return dropout_generator_; }
+  // Seeds the generator that training-mode dropout draws from, under the lock that the
+  // forwards drawing from it take: the next dropout masks are then those of this seed.
+  void seed_dropout(std::uint64_t seed) {
+    const std::lock_guard<std::mutex> lock(dropout_mutex_.mutex);
+    dropout_generator_.seed(seed);
+  }
+
+  // A number that changes at every change of the parameters and that no other state of
+  // any module's parameters has had: equal numbers mean equal weights (a cache's key).
+  std::uint64_t weights_version() const { return params_.version; }
 
   // ---- parameters, by PyTorch's state_dict names -----------------------------------
 
@@ -226,8 +243,11 @@ public:
   }
 
 private:
-  // forward() and forward_for_backward(): steps 1 and 2 here, 3 to 10 by the path chosen.
-  // With `saved`, the reference path runs and keeps what backward() needs.
+  friend class KVCache<T>;
+
+  // forward() and forward_for_backward(): steps 1 and 2 here, 3 to 10 by the path chosen
+  // (detail::attention_steps, which the functional form runs too). With `saved`, the
+  // reference path runs and keeps what backward() needs.
   Output<T> run_forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
                         const ForwardOptions<T>& opts, detail::SavedForward<T>* saved) {
     // Training-mode dropout draws from the module's one generator: calls that draw take
@@ -245,16 +265,56 @@ private:
     PreparedMasks<T> masks = prepare_masks(opts.attn_mask, opts.key_padding_mask, opts.is_causal, opts.need_weights,
                                            g.batched, g.L, g.N, g.S, num_heads());
 
-    // 3)-10) the attention itself, by the path chosen. A dropout mask to replay, or a
-    // record to keep, takes the reference path: the engine draws its own dropout inside
-    // its kernels and keeps no intermediates.
-    const AttentionPath path =
-        saved ? AttentionPath::reference : resolved_attention_path(opts.need_weights, g.L, S_total);
-    if (path == AttentionPath::reference || opts.dropout_mask)
-      return detail::reference_forward(options_, params_, query, key, value, g, std::move(masks), opts, dropout_p,
-                                       dropout_generator_, saved);
-    return engine_.forward(options_, params_, query, key, value, g, std::move(masks), opts, path, dropout_p,
-                           dropout_generator_);
+    // 3)-10) the attention itself, by the path chosen
+    return detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
+                                   detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_, saved);
+  }
+
+  // A decoding step of KVCache::step: `x` (L_new, N, E), its k and v appended to `cache`,
+  // then its attention over the whole cache with the cache as static_k and static_v,
+  // causal among the new positions. Only the query is projected again, by the engine.
+  Output<T> attend_to_cache(const xt::xarray<T>& x, KVCache<T>& cache, bool need_weights) {
+    check(!options_.add_bias_kv && !options_.add_zero_attn, "options",
+          "a KV cache needs add_bias_kv=False and add_zero_attn=False (PyTorch adds no bias to static keys), got "
+          "add_bias_kv={} and add_zero_attn={}",
+          options_.add_bias_kv, options_.add_zero_attn);
+    const double dropout_p = training_ ? options_.dropout : 0.0;
+    std::unique_lock<std::mutex> drawing;
+    if (dropout_p > 0) drawing = std::unique_lock<std::mutex>(dropout_mutex_.mutex);
+    ForwardOptions<T> opts;
+    opts.need_weights = need_weights;
+
+    // 1) the shapes, and the new positions' k and v into the cache: (N*H, t0 + L_new, D)
+    const detail::Geometry g = detail::geometry(x, x, x, opts, options_);
+    const bool batch_first = options_.batch_first && g.batched;
+    const auto x3 = to_seq_first_batched(x, batch_first);                         // (L_new, N, E)
+    const auto k = key_value_projection(x3, 1), v = key_value_projection(x3, 2);  // (L_new, N, E) each
+    const std::size_t t0 = cache.length();
+    cache.append(split_heads(k, num_heads()), split_heads(v, num_heads()));  // (N*H, L_new, D) each
+
+    // 2) new position i (at t0 + i) sees the cache up to itself: key j is masked when j > t0 + i
+    PreparedMasks<T> masks;
+    if (g.L > 1) {
+      const xt::xarray<T> causal = canonical_mask<T>(xt::xarray<bool>(causal_mask_after(t0, g.L)));  // (L_new, t)
+      masks.attn_mask = xt::xtensor<T, 3>(xt::view(causal, xt::newaxis(), xt::all(), xt::all()));    // (1, L_new, t)
+    }
+
+    // 3)-10) the steps, with the cache as static_k and static_v
+    return detail::attention_steps(engine_, options_, params_, x, x, x, g, std::move(masks), opts, cache.statics(),
+                                   attention_path_, dropout_p, dropout_generator_);
+  }
+
+  // k (block 1) or v (block 2) of x3 (L_new, N, E): x3 W^T + b with the rows of W and b
+  // that in_proj_weight and in_proj_bias give that block, or k/v_proj_weight. q is not
+  // computed: the step's attention projects it.
+  xt::xtensor<T, 3> key_value_projection(const xt::xtensor<T, 3>& x3, std::size_t block) const {
+    const std::size_t E = embed_dim();
+    const T* w = params_.packed ? params_.in_proj_weight.data() + block * E * E
+                                : (block == 1 ? params_.separate.w_k : params_.separate.w_v).data();
+    const T* b = params_.in_proj_bias ? params_.in_proj_bias->data() + block * E : nullptr;
+    xt::xtensor<T, 3> y({x3.shape(0), x3.shape(1), E});
+    detail::linear_into(x3.data(), x3.shape(0) * x3.shape(1), E, detail::LinearWeight<T>{w, E, false}, E, b, y.data());
+    return y;
   }
 
   // A dropout mask replays a dropout: only where one is drawn (training, dropout > 0),

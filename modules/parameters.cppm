@@ -27,11 +27,10 @@ xt::xtensor<T, 2> zeros(std::size_t rows, std::size_t cols) {
 }
 
 // A number no other state of any module's weights has had: a Parameters takes a new one
-// at every change, so equal numbers mean equal weights, even across copies.
-std::uint64_t new_weights_version() {
-  static std::atomic<std::uint64_t> last{0};
-  return ++last;
-}
+// at every change, so equal numbers mean equal weights, even across copies. Defined once,
+// in the library (instantiations.cpp): one counter for every translation unit that makes
+// Parameters, the library's and the program's.
+std::uint64_t new_weights_version();
 
 }  // namespace mha::detail
 

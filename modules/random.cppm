@@ -34,6 +34,10 @@ public:
   // True with probability p.
   bool bernoulli(double p) { return uniform() < p; }
 
+  // A seed for another generator, drawn from this one: generators seeded one after the
+  // other from one generator draw different streams.
+  std::uint64_t next_seed() { return engine_(); }
+
 private:
   std::mt19937_64 engine_;
 };

@@ -16,8 +16,8 @@ namespace mha::detail {
 template <class T>
 Output<T> reference_forward(const Options& options, const Parameters<T>& params, const xt::xarray<T>& query,
                             const xt::xarray<T>& key, const xt::xarray<T>& value, const Geometry& g,
-                            PreparedMasks<T> masks, const ForwardOptions<T>& opts, double dropout_p,
-                            Generator& generator, SavedForward<T>* saved) {
+                            PreparedMasks<T> masks, const ForwardOptions<T>& opts, const StaticKV<T>& statics,
+                            double dropout_p, Generator& generator, SavedForward<T>* saved) {
   const std::size_t H = static_cast<std::size_t>(options.num_heads), L = g.L, N = g.N;
   const bool batch_first = options.batch_first && g.batched;
 
@@ -34,10 +34,12 @@ Output<T> reference_forward(const Options& options, const Parameters<T>& params,
     masks.pad_for_extra_key();
   }
 
-  // 5) heads: (L, N, E) -> (N*H, L, D)
-  auto qh = split_heads(q, H);  // (N*H, L, D)
-  auto kh = split_heads(k, H);  // (N*H, S', D)
-  auto vh = split_heads(v, H);  // (N*H, S', D)
+  // 5) heads: (L, N, E) -> (N*H, L, D); static_k and static_v, already heads, replace k
+  //    and v. PyTorch projected k and v above all the same (a TODO in its source); the
+  //    engine does not.
+  auto qh = split_heads(q, H);                                   // (N*H, L, D)
+  auto kh = statics.k ? statics.k.tensor() : split_heads(k, H);  // (N*H, S', D)
+  auto vh = statics.v ? statics.v.tensor() : split_heads(v, H);  // (N*H, S', D)
 
   // 6) add_zero_attn: one more key and value, all zeros, the masks padded to match
   if (options.add_zero_attn) {
@@ -100,11 +102,11 @@ Output<T> reference_forward(const Options& options, const Parameters<T>& params,
 // Compiled here once for each dtype the library has.
 template Output<float> reference_forward(const Options&, const Parameters<float>&, const xt::xarray<float>&,
                                          const xt::xarray<float>&, const xt::xarray<float>&, const Geometry&,
-                                         PreparedMasks<float>, const ForwardOptions<float>&, double, Generator&,
-                                         SavedForward<float>*);
+                                         PreparedMasks<float>, const ForwardOptions<float>&, const StaticKV<float>&,
+                                         double, Generator&, SavedForward<float>*);
 template Output<double> reference_forward(const Options&, const Parameters<double>&, const xt::xarray<double>&,
                                           const xt::xarray<double>&, const xt::xarray<double>&, const Geometry&,
-                                          PreparedMasks<double>, const ForwardOptions<double>&, double, Generator&,
-                                          SavedForward<double>*);
+                                          PreparedMasks<double>, const ForwardOptions<double>&, const StaticKV<double>&,
+                                          double, Generator&, SavedForward<double>*);
 
 }  // namespace mha::detail

@@ -44,13 +44,15 @@ struct SavedForward {
   xt::xtensor<T, 3> merged;  // (L, N, E): the heads side by side, out_proj's input
 };
 
-// Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2). Dropout
-// (dropout_p > 0, training) replays opts.dropout_mask when there is one, else draws from
-// `generator`. With `saved`, what the backward pass needs is kept there.
+// Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2). static_k
+// and static_v, when given (the functional form, a KV cache), replace k and v after the
+// in-projection; the masks then already have their length. Dropout (dropout_p > 0,
+// training) replays opts.dropout_mask when there is one, else draws from `generator`.
+// With `saved`, what the backward pass needs is kept there.
 template <class T>
 Output<T> reference_forward(const Options& options, const Parameters<T>& params, const xt::xarray<T>& query,
                             const xt::xarray<T>& key, const xt::xarray<T>& value, const Geometry& g,
-                            PreparedMasks<T> masks, const ForwardOptions<T>& opts, double dropout_p,
-                            Generator& generator, SavedForward<T>* saved = nullptr);
+                            PreparedMasks<T> masks, const ForwardOptions<T>& opts, const StaticKV<T>& statics,
+                            double dropout_p, Generator& generator, SavedForward<T>* saved = nullptr);
 
 }  // namespace mha::detail

@@ -53,7 +53,10 @@ public:
   }
   bool chance(double p) { return uniform() < p; }
   double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
-  double normal() { return std::sqrt(-2.0 * std::log(1.0 - uniform())) * std::cos(2.0 * std::numbers::pi * uniform()); }
+  double normal() {  // Box-Muller, the two draws taken in a fixed order
+    const double u1 = uniform(), u2 = uniform();
+    return std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  }
   template <class V>
   V pick(std::initializer_list<V> values) {
     return *(values.begin() + size(0, values.size() - 1));
@@ -247,7 +250,7 @@ Result run(const Trial& t, const mha::MultiheadAttention<T>& prototype, mha::Att
   mha::MultiheadAttention<T> module = prototype;
   module.set_attention_path(path);
   module.train(t.training);
-  module.dropout_generator().seed(t.seed);  // the same dropout draws in every run
+  module.seed_dropout(t.seed);  // the same dropout draws in every run
   mha::ForwardOptions<T> forward = t.forward;
   forward.need_weights = need_weights;
   try {
@@ -419,7 +422,7 @@ TEST_CASE(
     mha::MultiheadAttention<T> module(t.options);
     module.load_state_dict(t.parameters);
     module.train(t.training);
-    module.dropout_generator().seed(t.seed);
+    module.seed_dropout(t.seed);
     auto [out, record] = forward_of_record(t, module);
     // A NaN (a fully masked row) has no finite difference; an empty sequence or batch no entries.
     if (!all_finite(out.attn_output) || out.attn_output.size() == 0 ||

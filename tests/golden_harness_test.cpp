@@ -29,9 +29,12 @@ TEST_CASE("a malformed golden case is a FAIL with its reason and never a crash",
     std::ofstream(dir / "case.json") << json;
     return mha::check_case(dir);
   };
-  auto r = check_with_json("{\"format\": 3}");
+  auto r = check_with_json("{\"format\": 4}");
   CHECK_FALSE(r.passed);
-  CHECK_THAT(r.line, Contains("FAIL") && Contains("unknown case format version 3"));
+  CHECK_THAT(r.line, Contains("FAIL") && Contains("unknown case format version 4"));
+  r = check_with_json("{\"format\": 3, \"dtype\": \"float32\"}");  // a functional call names no module
+  CHECK_FALSE(r.passed);
+  CHECK_THAT(r.line, Contains("no 'functional' object"));
   r = check_with_json("{\"format\": 1, \"dtype\": \"float32\"}");
   CHECK_FALSE(r.passed);
   CHECK_THAT(r.line, Contains("no 'module' object"));

@@ -132,7 +132,7 @@ TEST_CASE("parameter names and shapes are PyTorch's state_dict", "[in_projection
   // The golden folders hold one .npy per parameter, named by PyTorch's named_parameters().
   for (const auto& dir : mha_test::all_cases()) {
     const auto info = mha::read_case_info(dir);
-    if (info.expect_error) continue;
+    if (info.expect_error || info.is_functional()) continue;  // a functional call names its arguments, not a state_dict
     std::set<std::string> files;
     for (const char* name : {"in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
                              "bias_k", "bias_v", "out_proj.weight", "out_proj.bias"})
@@ -167,6 +167,21 @@ TEST_CASE("the building blocks check their shapes", "[in_projection][errors]") {
   CHECK_MHA_ERROR(mha::linear(xt::xtensor<float, 3>(xt::zeros<float>({L, N, E + 1})), w), Contains("input:"));
   mha::SeparateProjections<float> p{w, w, xt::zeros<float>({E, E + 3}), {}, {}, {}};
   CHECK_MHA_ERROR(mha::in_projection(x, x, x, p), Contains("v_proj_weight:") && Contains("(8, 11)"));
+}
+
+TEST_CASE("linear with no input features gives the bias on every row, as PyTorch's", "[in_projection]") {
+  // F.linear(torch.zeros(3, 2, 0), torch.zeros(4, 0), b) is b broadcast to (3, 2, 4): an
+  // empty sum is 0, plus the bias.
+  const xt::xtensor<double, 3> x = xt::zeros<double>({std::size_t{3}, std::size_t{2}, std::size_t{0}});
+  const xt::xtensor<double, 2> w = xt::zeros<double>({std::size_t{4}, std::size_t{0}});
+  const std::optional<xt::xtensor<double, 1>> b = xt::xtensor<double, 1>{0.5, -1.0, 2.0, 3.5};
+  const auto y = mha::linear(x, w, b);
+  REQUIRE(mha_test::shape_of(y) == std::vector<std::size_t>{3, 2, 4});
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t n = 0; n < 2; ++n)
+      for (std::size_t o = 0; o < 4; ++o) CHECK(y(i, n, o) == (*b)(o));
+  const auto y0 = mha::linear(x, w);  // no bias: zeros
+  CHECK(xt::all(xt::equal(y0, 0.0)));
 }
 
 TEST_CASE("the in-projection helpers reject blocks and biases of the wrong size", "[in_projection][errors]") {

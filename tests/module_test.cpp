@@ -81,11 +81,30 @@ TEST_CASE("a new module is in training mode and dropout acts only there", "[modu
   CHECK(mha_test::differs<double>(dropped.attn_output, reference.attn_output, 1e-6, 1e-6));
 
   // The dropout generator can be reseeded for a reproducible draw.
-  m.dropout_generator().seed(11);
+  m.seed_dropout(11);
   const auto a = m.forward(x, x, x, per_head);
-  m.dropout_generator().seed(11);
+  m.seed_dropout(11);
   const auto b = m.forward(x, x, x, per_head);
   CHECK(mha_test::same(*a.attn_output_weights, *b.attn_output_weights));
+}
+
+TEST_CASE("layers made one after the other from one generator draw different dropout masks", "[module][dropout]") {
+  // As two nn.MultiheadAttention layers draw from PyTorch's one global generator: the
+  // second layer's dropout does not repeat the first's.
+  auto o = options();
+  o.dropout = 0.5;
+  mha::Generator g(21);
+  mha::MultiheadAttention<double> first(o, g), second(o, g);
+  second.load_state_dict(first.state_dict());  // equal weights: only the dropout can differ
+  const auto x = random_input({L, N, E}, 22);
+  mha::ForwardOptions<double> per_head;
+  per_head.average_attn_weights = false;
+  const auto a = first.forward(x, x, x, per_head), b = second.forward(x, x, x, per_head);
+  CHECK_FALSE(mha_test::same(*a.attn_output_weights, *b.attn_output_weights));
+  // and seeded alike, they draw alike
+  first.seed_dropout(5), second.seed_dropout(5);
+  CHECK(mha_test::same(*first.forward(x, x, x, per_head).attn_output_weights,
+                       *second.forward(x, x, x, per_head).attn_output_weights));
 }
 
 TEST_CASE("dropout with p = 0 in training equals evaluation", "[module][dropout]") {

@@ -79,6 +79,22 @@ TEST_CASE("initialisation is reproducible from its seed", "[module][init]") {
 
 }  // namespace init
 
+std::uint64_t weights_version_made_in_another_unit();  // tests/weights_version_elsewhere.cpp
+
+TEST_CASE("weights versions are one sequence across the library and every translation unit", "[module][version]") {
+  // Versions are made by the library (a module's parameters), by Parameters in this unit
+  // and in another test unit: one counter, so each new one is larger than all before.
+  mha::MultiheadAttention<double> m(mha::Options{.embed_dim = 4, .num_heads = 2});
+  const std::uint64_t library = m.weights_version();
+  const std::uint64_t here = mha::Parameters<double>(m.options()).version;
+  const std::uint64_t elsewhere = weights_version_made_in_another_unit();
+  m.set_parameter("out_proj.bias", xt::xarray<double>{1.0, 2.0, 3.0, 4.0});
+  const std::uint64_t library_again = m.weights_version();
+  CHECK(library < here);
+  CHECK(here < elsewhere);
+  CHECK(elsewhere < library_again);
+}
+
 TEST_CASE("a change of the weights is a new version, and a copy keeps the version of its equal weights",
           "[parameters]") {
   mha::Parameters<float> p(options());

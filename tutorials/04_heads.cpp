@@ -109,7 +109,8 @@ int run(const std::string& case_name, std::size_t H) {
   tutorial::step(6, "weights v, and the same through mha::scaled_dot_product_attention");
   const auto heads_out = weights_times_v(weights, vh);  // (N*H, L, S) x (N*H, S, D) -> (N*H, L, D)
   tutorial::shape("weights v (N*H, L, D)", heads_out);
-  const auto sdpa = mha::scaled_dot_product_attention(qh, kh, vh, mask, /*dropout_p=*/0.0, module.dropout_generator());
+  mha::Generator no_dropout;  // dropout_p = 0: nothing is drawn from it
+  const auto sdpa = mha::scaled_dot_product_attention(qh, kh, vh, mask, /*dropout_p=*/0.0, no_dropout);
   verdict.matches("weights vs mha::scaled_dot_product_attention", weights, sdpa.weights);
   verdict.matches("weights v vs mha::scaled_dot_product_attention", heads_out, sdpa.output);
 

@@ -108,11 +108,15 @@ inline void refuse_unless(bool accepted, const mha::CaseInfo& info, std::string_
   mha::check(accepted, "--case", "{} {}", info.name, why);
 }
 
-// The refusal every tutorial with --case shares: a case that records an error PyTorch
-// raised has no outputs to reproduce.
+// The refusals every tutorial with --case shares: a case that records an error PyTorch
+// raised has no outputs to reproduce, and a call of the functional form (format 3, the
+// functional_* cases) describes no module to build (tutorial 13 reads those).
 inline void refuse_error_case(const mha::CaseInfo& info) {
   refuse_unless(!info.expect_error, info,
                 "records an error PyTorch raised (expect_error), not outputs: choose a case that runs");
+  refuse_unless(!info.is_functional(), info,
+                "is a call of F.multi_head_attention_forward (format 3), not a module: choose a case that is not "
+                "functional_*");
 }
 
 // A golden case, read as T. A case that records an error, or one of the other dtype, is

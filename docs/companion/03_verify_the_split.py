@@ -4,7 +4,8 @@
 Calls F.multi_head_attention_forward on the golden case self_seqfirst_f32, shows what
 element [1] is (softmax weights averaged over heads, rows summing to 1), and checks a
 split the two right ways: against PyTorch's own _in_projection_packed, and by the whole
-forward, which a Q/K swap fails. The numbers checked are the ones the page prints.
+forward, which a Q/K swap fails. The numbers checked are the ones the page prints, and
+the popular call's out_proj_weight=None fails in 1.13.1, inside linear().
 Last, the condition of docs/common-mistakes.md: the swap is invisible when the masks
 leave each query one visible key (attn_mask_bool_2d_key_padding_mask_bool_f32), and
 shows as soon as a row sees two keys.
@@ -40,6 +41,13 @@ check("every row of [1] sums to 1", close(out[1].sum(-1), torch.ones(3, 5), 1e-6
 check("[1][0] row 0 as the page prints it",
       [f"{x:.4f}" for x in out[1][0, 0].tolist()] == ["0.1098", "0.2405", "0.1942", "0.1842", "0.2713"])
 check("[1] is the golden attn_output_weights.npy", close(out[1], t["attn_output_weights"], **tol))
+try:  # the popular call passes out_proj_weight=None
+    F.multi_head_attention_forward(query, key, value, E, H, W, b, None, None, False, 0.0, None, None,
+                                   training=False)
+    refused = False
+except TypeError as error:
+    refused = str(error) == "linear(): argument 'weight' (position 2) must be Tensor, not NoneType"
+check("out_proj_weight=None: TypeError in linear(), nothing returned", refused)
 
 print("-- 2) the other shapes of element [1] --")
 shapes = {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Companion to the "Check yourself" questions at the end of each chapter (00 to 12).
+"""Companion to the "Check yourself" questions at the end of each chapter (00 to 13).
 
 docs/solutions.md answers them; every answer that is a shape, a number or a behaviour
 of PyTorch is checked here against torch.nn.MultiheadAttention 1.13.1 itself, so the
@@ -126,4 +126,40 @@ check("a float attn_mask that requires grad gets a gradient of 0 in every row su
 
 print("-- 12 train it --")
 check("a uniform guess among 8 tokens: loss log 8 = 2.08", f"{math.log(8):.2f}" == "2.08")
+
+print("-- 13 decoding --")
+m = torch.nn.MultiheadAttention(32, 4, dtype=torch.float64).eval()  # N = 2, H = 4, E = 32: D = 8
+x = torch.randn(10, 2, 32, dtype=torch.float64)  # 10 tokens
+W, b = m.in_proj_weight.detach(), m.in_proj_bias.detach()
+cache_k, cache_v = ((x @ W[i * 32:(i + 1) * 32].T + b[i * 32:(i + 1) * 32]).view(10, 8, 8).transpose(0, 1)
+                    for i in (1, 2))  # split into heads: (N*H, t, D)
+check("N = 2, H = 4, E = 32, 10 tokens: static_k (8, 10, 8)", tuple(cache_k.shape) == (8, 10, 8))
+
+
+def mha_forward(query, key, value, **kwargs):
+    return F.multi_head_attention_forward(query, key, value, 32, 4, W, b, None, None, False, 0.0,
+                                          m.out_proj.weight.detach(), m.out_proj.bias.detach(),
+                                          training=False, **kwargs)
+
+
+full, _ = mha_forward(x, x, x, attn_mask=torch.ones(10, 10, dtype=torch.bool).triu(1))
+new = x[9:]  # the newest token, (1, N, E)
+step, _ = mha_forward(new, new, new, static_k=cache_k, static_v=cache_v)  # no attn_mask
+check("one cached token, no mask: the causal forward's last row", torch.allclose(step, full[9:], atol=1e-12))
+seen = []
+packed = F._in_projection_packed
+F._in_projection_packed = lambda *a, **k: seen.append(packed(*a, **k)) or seen[-1]
+try:
+    zeros = torch.zeros_like(new)
+    other, _ = mha_forward(new, zeros, zeros, static_k=cache_k, static_v=cache_v)
+finally:
+    F._in_projection_packed = packed
+check("static_k, static_v given: key, value projected, then unused", len(seen) == 1 and torch.equal(other, step))
+try:
+    F.multi_head_attention_forward(new, new, new, 32, 4, W, b, None, None, False, 0.0, None, None, training=False)
+    message = None
+except TypeError as error:
+    message = str(error)
+check("out_proj_weight=None: TypeError, nothing returned",
+      message == "linear(): argument 'weight' (position 2) must be Tensor, not NoneType")
 done()

@@ -8,6 +8,8 @@ docs/versions.md states about it:
    F.scaled_dot_product_attention;
 2. the source lines of F.multi_head_attention_forward: the scaling (a true float32
    division, measured on 100 000 values), the average over heads, the merge of the two masks;
+   its 24 arguments, static_k and static_v replacing k and v after the in-projection, and
+   out_proj_weight passed to linear() unchecked;
 3. need_weights=False computes the same softmax and returns None for the weights;
 4. the fused fast path, torch._native_multi_head_attention: which calls take it (a spy
    counts its calls), and that it computes what the slow path computes;
@@ -47,6 +49,15 @@ for line in ("B, Nt, E = q.shape",
              'new_attn_mask.masked_fill_(attn_mask, float("-inf"))'):
     check(f"has: {line}", line in source)
 check("has no SDPA branch: no scaled_dot_product_attention call", "scaled_dot_product_attention" not in source)
+arguments = list(inspect.signature(F.multi_head_attention_forward).parameters)
+check("24 arguments, the last static_k, static_v, average_attn_weights",
+      len(arguments) == 24 and arguments[-3:] == ["static_k", "static_v", "average_attn_weights"])
+check("the in-projection comes first; static_k replaces k after it (a TODO)",
+      source.index("_in_projection_packed(query, key, value") < source.index("k = static_k")
+      and source.count("TODO finish disentangling control flow") == 2)
+check("out_proj_weight goes to linear() unchecked",
+      "linear(attn_output, out_proj_weight, out_proj_bias)" in source and "out_proj_weight is None" not in source
+      and "out_proj_weight is not None" not in source)
 
 # q / sqrt(D) (1.13.1) and q * sqrt(1/D) (2.x) are the same math; in float32 they can differ
 # in the last bit. 1.13.1 divides: a true float32 division by the float32 of sqrt(D).

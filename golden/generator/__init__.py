@@ -6,6 +6,8 @@
     case_tensors.py   a case's module, inputs and masks, drawn from its seed
     runner.py         running PyTorch: slow path only, its own q, k, v, and the checks
     backward.py       the backward cases: PyTorch's dropout mask and gradients
+    functional.py     the version-3 cases: calls of F.multi_head_attention_forward,
+                      FUNCTIONAL_CASES and FUNCTIONAL_REJECTIONS, drawn, run and written
     files.py          .npy and JSON files, and the folders that hold them
     writers.py        case folders: numeric, rejection and extreme-value cases
     layouts.py        golden/layouts/: other models' weight layouts

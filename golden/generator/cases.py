@@ -20,6 +20,9 @@ TOLERANCE = {
     torch.float64: {"rtol": 1e-7, "atol": 1e-7},
 }
 
+# How case.json names each dtype.
+DTYPE_NAME = {torch.float32: "float32", torch.float64: "float64"}
+
 # The gradients' tolerance. float32: rtol 1e-5, atol 1e-5, wider than the forward's 1.3e-6,
 # because a gradient is a sum over every position, head and batch entry of products that
 # partly cancel (dL/dW sums over L*N rows, dL/dK over L queries), and an implementation

@@ -10,6 +10,7 @@ from typing import Optional
 
 import numpy as np
 
+from .functional import computed_inputs
 from .golden_folder import generate_golden
 
 # A file is compared in one of two ways, decided by how this generator makes it.
@@ -29,8 +30,8 @@ from .golden_folder import generate_golden
 # deterministic on one machine but round differently on another.
 
 # File stems (without .npy) of the tensors that write_case (extreme cases included),
-# write_layout, write_transformer_encoder and write_reverse (the losses of a training
-# run) compute; every other file is exact.
+# write_functional, write_layout, write_transformer_encoder and write_reverse (the losses
+# of a training run) compute; every other file is exact.
 COMPUTED_TENSORS = {"attn_output", "attn_output_weights", "q", "k", "v",
                     "layers.0.self_attn.attn_output", "loss"}
 # The gradients of the backward cases (grad.query, grad.in_proj_weight, ...) are computed
@@ -39,6 +40,10 @@ COMPUTED_PREFIX = "grad."
 # Folders whose tensors are all computed: a training run's parameters after its last step
 # (training/reverse/final/); its initial/ parameters are drawn, so exact.
 COMPUTED_FOLDERS = {"final"}
+# Inputs that PyTorch computed, by path under cases/: a decoding step's static_k and
+# static_v, its in-projection of the whole sequence (functional.computed_inputs). The
+# static_k and static_v of the other cases are drawn, so exact.
+COMPUTED_CASE_FILES = computed_inputs()
 
 # The bound: |generated - file| <= MAX_ULPS * ulp(max |generated|), elementwise, the ulp
 # taken in the tensor's own dtype (np.spacing). Why 8: across the kernels that could be
@@ -148,10 +153,11 @@ def by_folder(names: set, other: Path) -> list:
 
 
 def compare_folders(fresh: Path, given: Path, prefix: str, found: Comparison,
-                    only: Optional[list] = None) -> None:
+                    only: Optional[list] = None, computed_files: frozenset = frozenset()) -> None:
     """Every file of `given` against the freshly generated `fresh`: none missing, none
     extra, each equal byte for byte or, for a computed tensor, within the bound. With
-    `only`, just the files under those top-level folders (cases, by name)."""
+    `only`, just the files under those top-level folders (cases, by name);
+    computed_files names further computed tensors by their path under `fresh`."""
     expected = relative_files(fresh)
     present = relative_files(given) if given.is_dir() else set()
     if only is not None:
@@ -162,7 +168,7 @@ def compare_folders(fresh: Path, given: Path, prefix: str, found: Comparison,
     for n in sorted(expected & present):
         stem, folder = Path(n).name[:-len(".npy")], Path(n).parent.name
         computed = (stem in COMPUTED_TENSORS or stem.startswith(COMPUTED_PREFIX)
-                    or folder in COMPUTED_FOLDERS)
+                    or folder in COMPUTED_FOLDERS or n in computed_files)
         if n.endswith(".npy") and computed:
             compare_computed_tensor(fresh / n, given / n, prefix + n, found)
         elif filecmp.cmp(fresh / n, given / n, shallow=False):
@@ -175,7 +181,8 @@ def compare_golden(fresh: Path, given: Path, case_names: Optional[list]) -> Comp
     """Two golden folders, part by part; with case_names, only those cases of cases/
     (layouts/, weights/ and training/ are always compared whole)."""
     found = Comparison()
-    compare_folders(fresh / "cases", given / "cases", "cases/", found, only=case_names)
+    compare_folders(fresh / "cases", given / "cases", "cases/", found, only=case_names,
+                    computed_files=COMPUTED_CASE_FILES)
     for part in ("layouts", "weights", "training"):
         compare_folders(fresh / part, given / part, f"{part}/", found)
     return found

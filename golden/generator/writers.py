@@ -1,6 +1,8 @@
 """Writing case folders (golden/cases/<name>/): case.json, the parameters and inputs as
 .npy files, and, for a numeric case, what PyTorch returned. A rejection case has no
-outputs; an extreme case is a numeric case whose drawn inputs get one extreme value."""
+outputs; an extreme case is a numeric case whose drawn inputs get one extreme value. The
+version-3 cases (calls of the functional form) are written by functional.py, and listed
+here with the others."""
 
 import functools
 from pathlib import Path
@@ -10,11 +12,11 @@ import torch
 
 from .case_tensors import make_tensors
 from .backward import run_backward_case
-from .cases import BACKWARD_CASES, CASES, EXTREME_CASES, REJECTIONS, Case, Rejection
+from .cases import (BACKWARD_CASES, CASES, DTYPE_NAME, EXTREME_CASES, REJECTIONS, Case,
+                    Rejection)
 from .files import new_folder, remove_stale_folders, save_npy, write_json
+from .functional import functional_writers
 from .runner import check_torch_rejects, run_case
-
-DTYPE_NAME = {torch.float32: "float32", torch.float64: "float64"}
 
 
 def save_parameters(folder: Path, mha: torch.nn.MultiheadAttention) -> None:
@@ -103,6 +105,7 @@ def case_writers() -> dict:
     writers += [(x.case.name, functools.partial(write_case, case=x.case, alter=x.poke))
                 for x in EXTREME_CASES]
     writers += [(c.name, functools.partial(write_backward_case, case=c)) for c in BACKWARD_CASES]
+    writers += functional_writers()
     assert len(writers) == len(dict(writers)), "case names must be unique"
     return dict(writers)
 

@@ -18,6 +18,15 @@ import :case_json;
 
 export namespace mha {
 
+// The "functional" object of a version-3 case: the arguments of
+// F.multi_head_attention_forward that are not tensors.
+struct FunctionalCall {
+  std::int64_t embed_dim_to_check = 0, num_heads = 0;
+  bool add_zero_attn = false;
+  double dropout_p = 0;
+  bool training = false, need_weights = true, average_attn_weights = true, use_separate_proj_weight = false;
+};
+
 // case.json, read and checked.
 struct CaseInfo {
   std::filesystem::path dir;
@@ -29,9 +38,20 @@ struct CaseInfo {
   double rtol = 0, atol = 0;
   bool expect_error = false;
   bool query_is_key = false, key_is_value = false;  // optional "inputs" field of the generator
-  int format = 1;                                   // 2: the backward pass too
+  int format = 1;                                   // 2: the backward pass too; 3: a call of the functional form
   double backward_rtol = 0, backward_atol = 0;      // the gradients' tolerance (format 2)
+  FunctionalCall functional;                        // format 3, in place of options and the forward's
+  bool is_functional() const { return format == 3; }
 };
+
+// The tensor arguments of F.multi_head_attention_forward a version-3 case may hold, each
+// as <name>.npy; one that is absent is None.
+const std::vector<std::string>& functional_tensor_names() {
+  static const std::vector<std::string> names{"in_proj_weight",  "in_proj_bias",  "bias_k",        "bias_v",
+                                              "out_proj_weight", "out_proj_bias", "q_proj_weight", "k_proj_weight",
+                                              "v_proj_weight",   "static_k",      "static_v"};
+  return names;
+}
 
 }  // namespace mha
 
@@ -52,12 +72,23 @@ Options case_module_options(const nlohmann::json& j, const std::string& where) {
   return o;
 }
 
-// The "forward", "tolerance" and optional "inputs" objects, into `c`.
-void read_case_forward(const nlohmann::json& j, const std::string& where, CaseInfo& c) {
-  c.need_weights = case_field<bool>(j, "forward", "need_weights", where);
-  c.average_attn_weights = case_field<bool>(j, "forward", "average_attn_weights", where);
-  c.is_causal = case_field<bool>(j, "forward", "is_causal", where);
-  c.training = case_field<bool>(j, "forward", "training", where);
+// The "functional" object of a version-3 case, into `c` (need_weights and the rest also
+// where a version-1 case has them, so that every reader of CaseInfo finds them there).
+void read_case_functional(const nlohmann::json& j, const std::string& where, CaseInfo& c) {
+  FunctionalCall& f = c.functional;
+  f.embed_dim_to_check = case_field<std::int64_t>(j, "functional", "embed_dim_to_check", where);
+  f.num_heads = case_field<std::int64_t>(j, "functional", "num_heads", where);
+  f.add_zero_attn = case_field<bool>(j, "functional", "add_zero_attn", where);
+  f.dropout_p = case_field<double>(j, "functional", "dropout_p", where);
+  f.training = case_field<bool>(j, "functional", "training", where);
+  f.need_weights = case_field<bool>(j, "functional", "need_weights", where);
+  f.average_attn_weights = case_field<bool>(j, "functional", "average_attn_weights", where);
+  f.use_separate_proj_weight = case_field<bool>(j, "functional", "use_separate_proj_weight", where);
+  c.need_weights = f.need_weights, c.average_attn_weights = f.average_attn_weights, c.training = f.training;
+}
+
+// The "tolerance" and optional "inputs" objects, into `c`.
+void read_case_tolerance(const nlohmann::json& j, const std::string& where, CaseInfo& c) {
   c.rtol = case_field<double>(j, "tolerance", "rtol", where);
   c.atol = case_field<double>(j, "tolerance", "atol", where);
   if (!std::isfinite(c.rtol) || !std::isfinite(c.atol) || c.rtol < 0 || c.atol < 0)
@@ -67,6 +98,14 @@ void read_case_forward(const nlohmann::json& j, const std::string& where, CaseIn
     c.query_is_key = j["inputs"].contains("query_is_key") && case_field<bool>(j, "inputs", "query_is_key", where);
     c.key_is_value = j["inputs"].contains("key_is_value") && case_field<bool>(j, "inputs", "key_is_value", where);
   }
+}
+
+// The "forward" object of a version-1 or -2 case, into `c`.
+void read_case_forward(const nlohmann::json& j, const std::string& where, CaseInfo& c) {
+  c.need_weights = case_field<bool>(j, "forward", "need_weights", where);
+  c.average_attn_weights = case_field<bool>(j, "forward", "average_attn_weights", where);
+  c.is_causal = case_field<bool>(j, "forward", "is_causal", where);
+  c.training = case_field<bool>(j, "forward", "training", where);
 }
 
 // The "backward" object of a version-2 case: the gradients' tolerance, into `c`.
@@ -101,15 +140,20 @@ CaseInfo parse_case_info(std::string_view json, const std::filesystem::path& dir
   c.dir = dir;
   c.name = dir.filename().string();
   c.format = case_field<int>(j, nullptr, "format", where);
-  if (c.format != 1 && c.format != 2)
+  if (c.format < 1 || c.format > 3)
     throw Error(
-        fmt::format("{}: unknown case format version {} (this reader knows versions 1 and 2)", where, c.format));
+        fmt::format("{}: unknown case format version {} (this reader knows versions 1, 2 and 3)", where, c.format));
   if (j.contains("description")) c.description = case_field<std::string>(j, nullptr, "description", where);
   c.dtype = case_field<std::string>(j, nullptr, "dtype", where);
   if (c.dtype != "float32" && c.dtype != "float64")
     throw Error(fmt::format("{}: dtype: expected \"float32\" or \"float64\", got \"{}\"", where, c.dtype));
-  c.options = detail::case_module_options(j, where);
-  detail::read_case_forward(j, where, c);
+  if (c.is_functional()) {
+    detail::read_case_functional(j, where, c);
+  } else {
+    c.options = detail::case_module_options(j, where);
+    detail::read_case_forward(j, where, c);
+  }
+  detail::read_case_tolerance(j, where, c);
   c.expect_error = case_field<bool>(j, nullptr, "expect_error", where);
   if (c.format == 2) detail::read_case_backward(j, where, c);
   return c;
@@ -127,7 +171,9 @@ CaseInfo read_case_info(const std::filesystem::path& dir) {
 template <class T>
 struct Case {
   CaseInfo info;
-  StateDict<T> parameters;  // every parameter file of the case, by state_dict name
+  // Every parameter file of the case, by state_dict name; in a version-3 case, every
+  // tensor argument of the call by its argument name (functional_tensor_names).
+  StateDict<T> parameters;
   xt::xarray<T> query, key, value;
   ForwardOptions<T> forward;
   std::map<std::string, xt::xarray<T>> expected;  // attn_output, attn_output_weights, q, k, v
@@ -186,7 +232,7 @@ Case<T> load_case(const CaseInfo& info) {
   Case<T> c;
   c.info = info;
   const auto& dir = info.dir;
-  for (const auto& name : multihead_attention_keys())
+  for (const auto& name : info.is_functional() ? functional_tensor_names() : multihead_attention_keys())
     if (std::filesystem::exists(dir / (name + ".npy"))) c.parameters.emplace(name, load_npy<T>(dir / (name + ".npy")));
   c.query = load_npy<T>(dir / "query.npy");
   c.key = load_npy<T>(dir / "key.npy");

@@ -64,6 +64,61 @@ std::pair<Output<T>, ForwardRecord<T>> run_forward_for_backward(MultiheadAttenti
   return module.forward_for_backward(c.query, c.key, c.value, c.forward);
 }
 
+// ---- version 3: a call of F.multi_head_attention_forward ------------------------------
+
+// The call a version-3 case records: every tensor argument a pointer into the case (None
+// where the case has no file), every other argument from case.json.
+template <class T>
+FunctionalArguments<T> functional_arguments(const Case<T>& c) {
+  const FunctionalCall& f = c.info.functional;
+  auto tensor = [&c](const char* name) -> const xt::xarray<T>* {
+    const auto it = c.parameters.find(name);
+    return it == c.parameters.end() ? nullptr : &it->second;
+  };
+  auto mask = [](const std::optional<Mask<T>>& m) { return m ? &*m : nullptr; };
+  return {.embed_dim_to_check = f.embed_dim_to_check,
+          .num_heads = f.num_heads,
+          .in_proj_weight = tensor("in_proj_weight"),
+          .in_proj_bias = tensor("in_proj_bias"),
+          .bias_k = tensor("bias_k"),
+          .bias_v = tensor("bias_v"),
+          .add_zero_attn = f.add_zero_attn,
+          .dropout_p = f.dropout_p,
+          .out_proj_weight = tensor("out_proj_weight"),
+          .out_proj_bias = tensor("out_proj_bias"),
+          .training = f.training,
+          .key_padding_mask = mask(c.forward.key_padding_mask),
+          .need_weights = f.need_weights,
+          .attn_mask = mask(c.forward.attn_mask),
+          .use_separate_proj_weight = f.use_separate_proj_weight,
+          .q_proj_weight = tensor("q_proj_weight"),
+          .k_proj_weight = tensor("k_proj_weight"),
+          .v_proj_weight = tensor("v_proj_weight"),
+          .static_k = tensor("static_k"),
+          .static_v = tensor("static_v"),
+          .average_attn_weights = f.average_attn_weights};
+}
+
+// F.multi_head_attention_forward on the case's inputs through `path`, passing the same
+// object where PyTorch was given one.
+template <class T>
+Output<T> run_functional(const Case<T>& c, AttentionPath path) {
+  const auto args = functional_arguments(c);
+  if (c.info.query_is_key && c.info.key_is_value)
+    return multi_head_attention_forward(c.query, c.query, c.query, args, path);
+  if (c.info.key_is_value) return multi_head_attention_forward(c.query, c.key, c.key, args, path);
+  return multi_head_attention_forward(c.query, c.key, c.value, args, path);
+}
+
+// The paths a version-3 case runs through: the reference and the engine, and the
+// memory-efficient engine when no weights are asked for.
+inline std::vector<std::pair<std::string, AttentionPath>> functional_paths(bool need_weights) {
+  std::vector<std::pair<std::string, AttentionPath>> paths{{"reference", AttentionPath::reference},
+                                                           {"fast", AttentionPath::fast}};
+  if (!need_weights) paths.emplace_back("memory_efficient", AttentionPath::memory_efficient);
+  return paths;
+}
+
 // The gradients a variant must give: the case's, with grad.in_proj_weight split into
 // q/k/v_proj_weight by rows [0, E), [E, 2E), [2E, 3E) for a separate variant of a packed case.
 template <class T>
@@ -195,8 +250,66 @@ CaseResult check_numeric_case(const Case<T>& c) {
   return result;
 }
 
+// A numeric version-3 case through every path: attn_output, and attn_output_weights
+// exactly when need_weights.
+template <class T>
+CaseResult check_functional_case(const Case<T>& c) {
+  CaseResult result{c.info.name, true, "", 0};
+  std::vector<std::string> names;
+  for (const auto& [name, path] : functional_paths(c.info.need_weights)) {
+    names.push_back(name);
+    const auto out = run_functional(c, path);
+    std::vector<std::pair<std::string, const xt::xarray<T>*>> got{{"attn_output", &out.attn_output}};
+    if (out.attn_output_weights) got.emplace_back("attn_output_weights", &*out.attn_output_weights);
+    if (out.attn_output_weights.has_value() != c.expected.contains("attn_output_weights"))
+      return {c.info.name, false,
+              fmt::format("FAIL {} ({}) attn_output_weights {} returned, need_weights={}", c.info.name, name,
+                          out.attn_output_weights ? "was" : "was not", c.info.need_weights),
+              result.max_abs_err};
+    for (const auto& [tensor, value] : got) {
+      const auto it = c.expected.find(tensor);
+      if (it == c.expected.end())
+        return {c.info.name, false, fmt::format("FAIL {} the case has no {}.npy", c.info.name, tensor), 0};
+      const auto cmp = compare(*value, it->second, c.info.rtol, c.info.atol);
+      result.max_abs_err = std::max(result.max_abs_err, cmp.max_abs_err);
+      if (!cmp.ok)
+        return {c.info.name, false,
+                fmt::format("FAIL {} tensor={} ({}) max_abs_err={:.3g} {}", c.info.name, tensor, name, cmp.max_abs_err,
+                            cmp.mismatch),
+                result.max_abs_err};
+    }
+  }
+  result.line = fmt::format("PASS {} max_abs_err={:.3g} (functional: {})", c.info.name, result.max_abs_err,
+                            fmt::join(names, ", "));
+  return result;
+}
+
+// A version-3 rejection case: every path must refuse it with mha::Error.
+template <class T>
+CaseResult check_functional_rejection(const CaseInfo& info) {
+  std::string message;
+  try {
+    const auto c = load_case<T>(info);
+    for (const auto& [name, path] : functional_paths(info.need_weights)) {
+      try {
+        run_functional(c, path);
+      } catch (const Error& e) {
+        message = e.what();
+        continue;
+      }
+      return {info.name, false,
+              fmt::format("FAIL {} expected an error (expect_error), but the {} path raised none", info.name, name), 0};
+    }
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  return {info.name, true, fmt::format("PASS {} rejected: {}", info.name, message), 0};
+}
+
 template <class T>
 CaseResult check_case_as(const CaseInfo& info) {
+  if (info.is_functional())
+    return info.expect_error ? check_functional_rejection<T>(info) : check_functional_case(load_case<T>(info));
   if (!info.expect_error) return check_numeric_case(load_case<T>(info));
   try {
     const auto c = load_case<T>(info);

@@ -1,0 +1,224 @@
+// :functional and :kv_cache beyond the goldens: decoding one token at a time equals the
+// causal forward, the functional form equals the module, and the rejections name the
+// argument. The functional form's own golden cases (format 3) are in golden_test.
+#include "support.hpp"
+
+#include <cmath>
+
+namespace {
+
+using mha::AttentionPath;
+using mha_test::require_close;
+
+constexpr std::size_t E = 16, H = 4, T = 7, N = 2;
+
+template <class T_>
+xt::xarray<T_> random_input(const std::vector<std::size_t>& shape, std::uint64_t seed) {
+  mha::Generator g(seed);
+  xt::xarray<T_> x = xt::zeros<T_>(shape);
+  for (auto& v : x) v = static_cast<T_>(g.uniform(-1, 1));
+  return x;
+}
+
+// A module with non-zero biases, in eval mode (decoding is inference), on `path`.
+template <class T_>
+mha::MultiheadAttention<T_> decoder(AttentionPath path, bool batch_first = false) {
+  mha::MultiheadAttention<T_> m(mha::Options{.embed_dim = E, .num_heads = H, .batch_first = batch_first}, 11);
+  m.set_parameter("in_proj_bias", random_input<T_>({3 * E}, 12));
+  m.set_parameter("out_proj.bias", random_input<T_>({E}, 13));
+  m.eval();
+  m.set_attention_path(path);
+  return m;
+}
+
+// The full causal self-attention over x (T, N, E): row t sees positions 0..t.
+template <class T_>
+xt::xarray<T_> causal_forward(mha::MultiheadAttention<T_>& m, const xt::xarray<T_>& x, std::size_t len) {
+  mha::ForwardOptions<T_> opts;
+  opts.attn_mask = xt::xarray<bool>(mha::causal_mask(len, len));
+  opts.need_weights = false;
+  return m.forward(x, x, x, opts).attn_output;
+}
+
+// Decodes x (T, N, E) one position at a time; the outputs stacked again, (T, N, E).
+template <class T_>
+xt::xarray<T_> decode_one_at_a_time(mha::MultiheadAttention<T_>& m, const xt::xarray<T_>& x) {
+  mha::KVCache<T_> cache;
+  xt::xarray<T_> out = xt::zeros<T_>(x.shape());
+  for (std::size_t t = 0; t < x.shape(0); ++t) {
+    const xt::xarray<T_> token = xt::view(x, xt::range(t, t + 1), xt::all(), xt::all());  // (1, N, E)
+    xt::view(out, xt::range(t, t + 1), xt::all(), xt::all()) = cache.step(m, token).attn_output;
+    REQUIRE(cache.length() == t + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("decoding T tokens one at a time gives the full causal forward's rows", "[decoding]") {
+  for (const auto path : {AttentionPath::reference, AttentionPath::fast}) {
+    INFO((path == AttentionPath::fast ? "fast" : "reference"));
+    auto m = decoder<double>(path);
+    const auto x = random_input<double>({T, N, E}, 1);
+    // float64: the cached step and the causal row differ only in the order of a few sums
+    require_close<double>("float64 decode", decode_one_at_a_time(m, x), causal_forward(m, x, T), 1e-12, 1e-12);
+
+    auto m32 = decoder<float>(path);
+    const auto x32 = random_input<float>({T, N, E}, 1);
+    // float32: the golden cases' tolerance (PyTorch's float32 defaults)
+    require_close<float>("float32 decode", decode_one_at_a_time(m32, x32), causal_forward(m32, x32, T), 1.3e-6, 1e-5);
+  }
+}
+
+TEST_CASE("a prompt of several tokens, then single tokens, is the causal forward too", "[decoding]") {
+  // The first step takes 4 positions at once (a prompt): causal among themselves.
+  auto m = decoder<double>(AttentionPath::fast);
+  const auto x = random_input<double>({T, N, E}, 2);
+  mha::KVCache<double> cache;
+  xt::xarray<double> out = xt::zeros<double>(x.shape());
+  xt::view(out, xt::range(0, 4), xt::all(), xt::all()) =
+      cache.step(m, xt::xarray<double>(xt::view(x, xt::range(0, 4), xt::all(), xt::all()))).attn_output;
+  for (std::size_t t = 4; t < T; ++t)
+    xt::view(out, xt::range(t, t + 1), xt::all(), xt::all()) =
+        cache.step(m, xt::xarray<double>(xt::view(x, xt::range(t, t + 1), xt::all(), xt::all()))).attn_output;
+  require_close<double>("prompt then tokens", out, causal_forward(m, x, T), 1e-12, 1e-12);
+}
+
+TEST_CASE("decoding works batch_first and unbatched", "[decoding]") {
+  auto m = decoder<double>(AttentionPath::fast, /*batch_first=*/true);
+  const auto x = random_input<double>({N, T, E}, 3);  // (N, T, E)
+  mha::KVCache<double> cache;
+  xt::xarray<double> out = xt::zeros<double>(x.shape());
+  for (std::size_t t = 0; t < T; ++t)
+    xt::view(out, xt::all(), xt::range(t, t + 1), xt::all()) =
+        cache.step(m, xt::xarray<double>(xt::view(x, xt::all(), xt::range(t, t + 1), xt::all()))).attn_output;
+  require_close<double>("batch_first decode", out, causal_forward(m, x, T), 1e-12, 1e-12);
+
+  auto u = decoder<double>(AttentionPath::reference);
+  const auto xu = random_input<double>({T, E}, 4);  // (T, E)
+  mha::KVCache<double> cu;
+  xt::xarray<double> outu = xt::zeros<double>(xu.shape());
+  for (std::size_t t = 0; t < T; ++t)
+    xt::view(outu, xt::range(t, t + 1), xt::all()) =
+        cu.step(u, xt::xarray<double>(xt::view(xu, xt::range(t, t + 1), xt::all()))).attn_output;
+  require_close<double>("unbatched decode", outu, causal_forward(u, xu, T), 1e-12, 1e-12);
+}
+
+TEST_CASE("a cached step is F.multi_head_attention_forward with the cache as static_k and static_v", "[decoding]") {
+  auto m = decoder<double>(AttentionPath::fast);
+  const auto x = random_input<double>({T, N, E}, 5);
+  mha::KVCache<double> cache;
+  cache.step(m, xt::xarray<double>(xt::view(x, xt::range(0, T - 1), xt::all(), xt::all())));
+  const xt::xarray<double> last = xt::view(x, xt::range(T - 1, T), xt::all(), xt::all());  // (1, N, E)
+  const auto step = cache.step(m, last, /*need_weights=*/true);
+  const xt::xarray<double> static_k = cache.static_k(), static_v = cache.static_v();  // (N*H, T, D)
+  REQUIRE(mha_test::shape_of(static_k) == std::vector<std::size_t>{N * H, T, E / H});
+  const auto w = m.parameter("in_proj_weight"), b = m.parameter("in_proj_bias");
+  const auto w_o = m.parameter("out_proj.weight"), b_o = m.parameter("out_proj.bias");
+  const auto f = mha::multi_head_attention_forward<double>(last, last, last,
+                                                           {.embed_dim_to_check = E,
+                                                            .num_heads = H,
+                                                            .in_proj_weight = &w,
+                                                            .in_proj_bias = &b,
+                                                            .out_proj_weight = &w_o,
+                                                            .out_proj_bias = &b_o,
+                                                            .training = false,
+                                                            .static_k = &static_k,
+                                                            .static_v = &static_v});
+  require_close<double>("step vs functional", step.attn_output, f.attn_output, 1e-12, 1e-12);
+  require_close<double>("step weights vs functional", mha_test::weights(step), mha_test::weights(f), 1e-12, 1e-12);
+}
+
+TEST_CASE("the functional form and the module's forward run the same steps", "[functional]") {
+  // Same weights, same inputs, same path: the same numbers, bit for bit.
+  for (const auto path : {AttentionPath::reference, AttentionPath::fast}) {
+    auto m = decoder<double>(path);
+    const auto q = random_input<double>({5, N, E}, 6), kv = random_input<double>({6, N, E}, 7);
+    const auto w = m.parameter("in_proj_weight"), b = m.parameter("in_proj_bias");
+    const auto w_o = m.parameter("out_proj.weight"), b_o = m.parameter("out_proj.bias");
+    const auto f = mha::multi_head_attention_forward<double>(q, kv, kv,
+                                                             {.embed_dim_to_check = E,
+                                                              .num_heads = H,
+                                                              .in_proj_weight = &w,
+                                                              .in_proj_bias = &b,
+                                                              .out_proj_weight = &w_o,
+                                                              .out_proj_bias = &b_o,
+                                                              .training = false},
+                                                             path);
+    const auto out = m.forward(q, kv, kv);
+    CHECK(f.attn_output == out.attn_output);
+    CHECK(mha_test::weights(f) == mha_test::weights(out));
+  }
+}
+
+TEST_CASE("static_k and static_v replace the keys and values: what key and value hold is not read", "[functional]") {
+  // PyTorch projects key and value and drops the result; here NaN keys change nothing.
+  auto m = decoder<double>(AttentionPath::fast);
+  const auto q = random_input<double>({3, N, E}, 8), kv = random_input<double>({4, N, E}, 9);
+  xt::xarray<double> nan_kv = xt::xarray<double>::from_shape({4, N, E});
+  nan_kv.fill(std::nan(""));
+  const auto static_k = random_input<double>({N * H, 6, E / H}, 10),
+             static_v = random_input<double>({N * H, 6, E / H}, 11);
+  const auto w = m.parameter("in_proj_weight"), w_o = m.parameter("out_proj.weight");
+  for (const auto path : {AttentionPath::reference, AttentionPath::fast, AttentionPath::memory_efficient}) {
+    mha::FunctionalArguments<double> args{.embed_dim_to_check = E,
+                                          .num_heads = H,
+                                          .in_proj_weight = &w,
+                                          .out_proj_weight = &w_o,
+                                          .need_weights = false,
+                                          .static_k = &static_k,
+                                          .static_v = &static_v};
+    const auto a = mha::multi_head_attention_forward(q, kv, kv, args, path);
+    const auto b = mha::multi_head_attention_forward(q, nan_kv, nan_kv, args, path);
+    if (path == AttentionPath::reference) {
+      // the reference projects the NaNs as PyTorch does, then drops them
+      CHECK(xt::all(xt::isfinite(b.attn_output)));
+    }
+    require_close<double>("NaN keys replaced", b.attn_output, a.attn_output, 0, 0);
+  }
+}
+
+TEST_CASE("the functional form rejects what PyTorch rejects, naming the argument", "[functional][errors]") {
+  auto m = decoder<double>(AttentionPath::fast);
+  const auto x = random_input<double>({3, N, E}, 12);
+  const auto w = m.parameter("in_proj_weight"), w_o = m.parameter("out_proj.weight");
+  const mha::FunctionalArguments<double> ok{
+      .embed_dim_to_check = E, .num_heads = H, .in_proj_weight = &w, .out_proj_weight = &w_o};
+  CHECK_NOTHROW(mha::multi_head_attention_forward(x, x, x, ok));
+
+  auto args = ok;
+  args.num_heads = 3;  // 16 is not divisible by 3
+  CHECK_MHA_ERROR(
+      mha::multi_head_attention_forward(x, x, x, args),
+      Catch::Matchers::StartsWith("num_heads:") && Catch::Matchers::Contains("not divisible by num_heads 3"));
+  const xt::xarray<double> bias_k = random_input<double>({1, 1, E}, 13);
+  args = ok, args.bias_k = &bias_k;  // bias_v missing
+  CHECK_MHA_ERROR(mha::multi_head_attention_forward(x, x, x, args), Catch::Matchers::StartsWith("bias_v:"));
+  const xt::xarray<double> wide = random_input<double>({E, E + 1}, 14);
+  args = ok, args.out_proj_weight = &wide;
+  CHECK_MHA_ERROR(mha::multi_head_attention_forward(x, x, x, args),
+                  Catch::Matchers::StartsWith("out_proj_weight:") && Catch::Matchers::Contains("(16, 17)"));
+  const xt::xarray<double> flat_k = random_input<double>({N * H, E / H}, 15);
+  args = ok, args.static_k = &flat_k;
+  CHECK_MHA_ERROR(mha::multi_head_attention_forward(x, x, x, args), Catch::Matchers::StartsWith("static_k:"));
+  args = ok, args.dropout_p = 0.1;  // training=True by default, as in PyTorch: dropout needs a generator
+  CHECK_MHA_ERROR(mha::multi_head_attention_forward(x, x, x, args), Catch::Matchers::StartsWith("generator:"));
+  mha::Generator g(1);
+  CHECK_NOTHROW(mha::multi_head_attention_forward(x, x, x, args, AttentionPath::automatic, &g));
+  args.training = false;  // dropout off: no generator needed
+  CHECK_NOTHROW(mha::multi_head_attention_forward(x, x, x, args));
+}
+
+TEST_CASE("a KV cache refuses another batch and modules that add keys", "[decoding][errors]") {
+  auto m = decoder<double>(AttentionPath::fast);
+  mha::KVCache<double> cache;
+  cache.step(m, random_input<double>({1, N, E}, 16));
+  CHECK_MHA_ERROR(cache.step(m, random_input<double>({1, N + 1, E}, 17)), Catch::Matchers::StartsWith("x:"));
+  REQUIRE(cache.length() == 1);  // nothing appended by the refused step
+  cache.clear();
+  CHECK_NOTHROW(cache.step(m, random_input<double>({1, N + 1, E}, 17)));
+
+  mha::MultiheadAttention<double> with_bias(mha::Options{.embed_dim = E, .num_heads = H, .add_bias_kv = true});
+  mha::KVCache<double> other;
+  CHECK_MHA_ERROR(other.step(with_bias, random_input<double>({1, N, E}, 18)), Catch::Matchers::StartsWith("options:"));
+}
