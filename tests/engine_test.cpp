@@ -364,3 +364,50 @@ TEST_CASE("set_num_threads rejects fewer than one thread, naming the argument") 
 }
 
 }  // namespace
+
+// ---- float32 at realistic sizes: every path held to the float64 reference --------------
+
+TEST_CASE("float32 on every path is within float32's rounding of the float64 reference") {
+  // The float32 kernels (the Cephes exp, the 8- and 16-lane masked max loops with their
+  // remainder lanes, the multi-tile online softmax) at odd lengths, with both masks, on
+  // both fast paths: L = 157 and S = 613 are neither lane nor tile multiples, and S spans
+  // several 256-key tiles. The float64 reference of the same weights and inputs is the oracle.
+  constexpr std::size_t L = 157, S = 613, N = 2, E = 64, H = 4;
+  mha::MultiheadAttention<double> reference(mha::Options{.embed_dim = E, .num_heads = H}, 31);
+  reference.eval();
+  reference.set_attention_path(AttentionPath::reference);
+  mha::MultiheadAttention<float> single(mha::Options{.embed_dim = E, .num_heads = H}, 0);
+  single.eval();
+  mha::StateDict<float> weights;
+  for (const auto& [name, w] : reference.state_dict()) weights.emplace(name, xt::xarray<float>(xt::cast<float>(w)));
+  single.load_state_dict(weights);
+  Engine g(32);
+  // Inputs exactly representable in float32, so that both sides start from the same numbers.
+  const xt::xarray<double> q = xt::cast<double>(xt::xarray<float>(xt::cast<float>(random_tensor({L, N, E}, g))));
+  const xt::xarray<double> kv = xt::cast<double>(xt::xarray<float>(xt::cast<float>(random_tensor({S, N, E}, g))));
+  xt::xarray<bool> padding = random_bool_mask({N, S}, 0.2, g);
+  xt::xarray<double> attn = xt::cast<double>(xt::xarray<float>(xt::cast<float>(random_tensor({L, S}, g))));
+  mha::ForwardOptions<double> opts64;
+  opts64.key_padding_mask = mha::Mask<double>(padding), opts64.attn_mask = mha::Mask<double>(attn);
+  mha::ForwardOptions<float> opts32;
+  opts32.key_padding_mask = mha::Mask<float>(padding);
+  opts32.attn_mask = mha::Mask<float>(xt::xarray<float>(xt::cast<float>(attn)));
+  const xt::xarray<float> q32 = xt::cast<float>(q), kv32 = xt::cast<float>(kv);
+  // float32 (eps 6e-8) through sums of E = 64 products and softmax over 613 keys: the
+  // golden cases' float32 tolerance (PyTorch's defaults, rtol 1.3e-6, atol 1e-5) holds it.
+  for (const bool need_weights : {true, false}) {
+    opts64.need_weights = opts32.need_weights = need_weights;
+    const auto expected = reference.forward(q, kv, kv, opts64);
+    for (const auto& [path_name, path] : all_paths) {
+      if (path == AttentionPath::memory_efficient && need_weights) continue;
+      single.set_attention_path(path);
+      const auto got = single.forward(q32, kv32, kv32, opts32);
+      const std::string what = fmt::format("float32 {} need_weights={}", path_name, need_weights);
+      require_close<double>(what + " attn_output", xt::cast<double>(got.attn_output), expected.attn_output, 1.3e-6,
+                            1e-5);
+      if (need_weights)
+        require_close<double>(what + " weights", xt::cast<double>(mha_test::weights(got)), mha_test::weights(expected),
+                              1.3e-6, 1e-5);
+    }
+  }
+}
