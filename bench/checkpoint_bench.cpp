@@ -211,6 +211,7 @@ int main(int argc, char** argv) {
   app.add_option("--dir", args.dir, "Folder for the temporary checkpoint (default: the system's temporary folder)")
       ->check(CLI::ExistingDirectory);
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
   try {
     return run(args);
   } catch (const mha::Error& e) {

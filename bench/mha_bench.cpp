@@ -17,9 +17,8 @@
 // --memory runs one forward at L = S = 8192, N = 1, E = 512, H = 8 without weights and
 // prints the process's peak resident set size (getrusage). bench/compare runs both, and
 // PyTorch, and prints the table. --blas-kernel=NAME has OpenBLAS run kernel NAME
-// (mha::use_blas_kernel) before anything is timed: with OPENBLAS_CORETYPE=Prescott, it
-// times a switch away from the generic kernel, as the library makes on a CPU that
-// OpenBLAS does not know. --gemm-library=openblas has OpenBLAS run every GEMM
+// (mha::use_blas_kernel) before anything is timed; without it, mha::use_best_blas_kernel
+// runs first, as in the tools and tutorials. --gemm-library=openblas has OpenBLAS run every GEMM
 // (mha::use_gemm_library), to time the engine as it was before oneDNN. The sgemm peaks are
 // OpenBLAS's and, where the build has it, oneDNN's, each on the library's thread count.
 //
@@ -167,10 +166,9 @@ void bench_decode_no_cache(benchmark::State& state, DecodeShape s, mha::Attentio
   state.counters["cached"] = static_cast<double>(s.cached);
 }
 
-// C (n, n) = A (n, n) B (n, n) in float through OpenBLAS: the machine's sgemm peak.
 // The sgemm peak of one library: a (n, n) x (n, n) product, as fast as that library runs
 // it on the library's thread count. OpenBLAS gets that many threads of its own for the
-// measurement (set_num_threads holds it to one); oneDNN gets that many OpenMP threads.
+// measurement, and oneDNN that many OpenMP threads; both settings are put back after.
 // C (n, n) = A (n, n) x B (n, n), row-major, on `library`.
 void sgemm(mha::GemmLibrary library, std::size_t n, const float* a, const float* b, float* c) {
   using index = xt::blas_index_t;
@@ -281,7 +279,12 @@ int main(int argc, char** argv) {
   try {
     const Arguments args = take_arguments(argc, argv);
     if (args.threads != 0) mha::set_num_threads(args.threads);
+    // This program's own choice, as the README advises a host: the library's threads do
+    // the parallel work, and OpenBLAS threads inside theirs would only compete for the
+    // cores (with --gemm-library=openblas, every float GEMM is OpenBLAS's).
+    openblas_set_num_threads(1);
     if (!args.blas_kernel.empty()) mha::use_blas_kernel(args.blas_kernel);
+    else mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
     if (!args.gemm_library.empty()) mha::use_gemm_library(gemm_library_from_name(args.gemm_library));
     if (args.memory) return run_memory();
 

@@ -6,11 +6,16 @@
 // OpenBLAS 0.3.21) gets the generic `Prescott` kernel, SSE3 only: 4-5x slower than the
 // kernel its features support, with no message.
 //
-// So when the library is loaded, it compares the kernel OpenBLAS chose with the CPU's
-// real features (:cpu) and, if the CPU can run a better family, has OpenBLAS load that
-// one instead, through OpenBLAS's own start-up path (gotoblas_dynamic_init reading
-// OPENBLAS_CORETYPE). It never overrides an OPENBLAS_CORETYPE the user set, never picks a
-// kernel the CPU cannot run, and leaves a kernel name it does not know alone.
+// Importing the library changes nothing here: OpenBLAS runs the kernel it picked, or the
+// one OPENBLAS_CORETYPE names. use_best_blas_kernel() is the explicit step that compares
+// that kernel with the CPU's real features (:cpu) and, if the CPU can run a better family,
+// has OpenBLAS load that one through its own start-up path (gotoblas_dynamic_init, which
+// reads OPENBLAS_CORETYPE; the variable is set for that call and then restored). The
+// project's tools, tutorials and benchmarks call it first thing in main(). It changes the
+// kernel for the whole process, the host program's own BLAS calls included, and it is
+// for the start of a program: no other thread may be inside a BLAS call or reading the
+// environment meanwhile. It never overrides an OPENBLAS_CORETYPE the user set, never picks
+// a kernel the CPU cannot run, and leaves a kernel name it does not know alone.
 //
 // Every kernel gives PyTorch's results within the tests' tolerances: they differ only in
 // the last bits, as any two CPUs do. blas_kernel() says which one runs and why.
@@ -106,48 +111,59 @@ bool reload_blas_kernel(const std::string& kernel) {
   return true;
 }
 
-// Once per process: the best kernel this CPU runs, and a note of how it was chosen.
-// inline for its static: see cpu_simd_level() in :cpu.
-inline BlasKernel& blas_kernel_state() {
-  static BlasKernel kernel = [] {
-    const std::string chosen = current_blas_kernel();
-    const bool user_chose = std::getenv("OPENBLAS_CORETYPE") != nullptr;
-    if (user_chose) return BlasKernel{chosen, "OPENBLAS_CORETYPE"};
-    const auto better = better_blas_kernel(chosen, cpu_simd_level(), user_chose);
-    if (better && reload_blas_kernel(*better) && current_blas_kernel() == *better)
-      return BlasKernel{*better,
-                        fmt::format("mha (the CPU has {}; OpenBLAS picked {})", to_string(cpu_simd_level()), chosen)};
-    if (better && current_blas_kernel() != chosen) reload_blas_kernel(chosen);  // never leave one we did not mean
-    return BlasKernel{current_blas_kernel(), "OpenBLAS"};
-  }();
+// What the library knows of the kernel: the one OpenBLAS runs, and who chose it. inline
+// for its static: see cpu_simd_level() in :cpu.
+inline BlasKernel& blas_kernel_record() {
+  static BlasKernel kernel{current_blas_kernel(),
+                           std::getenv("OPENBLAS_CORETYPE") != nullptr ? "OPENBLAS_CORETYPE" : "OpenBLAS"};
   return kernel;
 }
-
-// The setup runs while the program starts, before main() and before any of its threads
-// could be inside a BLAS call (OpenBLAS must not switch kernels under a running GEMM).
-[[maybe_unused]] const bool blas_kernel_ready = (blas_kernel_state(), true);
 
 }  // namespace mha::detail
 
 export namespace mha {
 
-// The OpenBLAS kernel that runs the library's GEMMs, and who chose it.
-const BlasKernel& blas_kernel() { return detail::blas_kernel_state(); }
+// The OpenBLAS kernel that runs the GEMMs now, and who chose it: "OpenBLAS" for its own
+// pick, "OPENBLAS_CORETYPE", or the library's call that loaded it.
+BlasKernel blas_kernel() {
+  const BlasKernel& record = detail::blas_kernel_record();
+  const std::string now = detail::current_blas_kernel();
+  if (now == record.name) return record;
+  return BlasKernel{now, "OpenBLAS"};  // switched since by something other than this library
+}
 
 // Has OpenBLAS run `kernel` (an OPENBLAS_CORETYPE name: "Haswell", "SkylakeX", ...) from
-// now on, as OPENBLAS_CORETYPE does at start-up. Process-wide: call it while no thread is
-// inside a BLAS call. Refuses a kernel this CPU cannot run.
+// now on, as OPENBLAS_CORETYPE does at start-up. Process-wide: call it at the start of
+// the program, while no other thread is inside a BLAS call. Refuses a kernel this CPU
+// cannot run.
 void use_blas_kernel(const std::string& kernel) {
   const auto known = blas_kernel_simd_level(kernel);
   check(known.has_value(), "kernel", "expected an OpenBLAS kernel name such as Haswell or SkylakeX, got '{}'", kernel);
   const SimdLevel level = known.value_or(SimdLevel::sse2);  // known: checked above
   check(level <= cpu_simd_level(), "kernel", "expected a kernel this CPU runs (up to {}), got '{}', which needs {}",
         to_string(cpu_simd_level()), kernel, to_string(level));
-  detail::blas_kernel_state();  // the start-up choice first, so that it cannot undo this one
+  detail::blas_kernel_record();  // what ran before, recorded first
   check(detail::reload_blas_kernel(kernel) && detail::current_blas_kernel() == kernel, "kernel",
         "expected OpenBLAS to load '{}', but it runs '{}' (an OpenBLAS built for one CPU has one kernel)", kernel,
         detail::current_blas_kernel());
-  detail::blas_kernel_state() = BlasKernel{kernel, "use_blas_kernel"};
+  detail::blas_kernel_record() = BlasKernel{kernel, "use_blas_kernel"};
+}
+
+// Has OpenBLAS run the best kernel this CPU runs, when it picked a weaker one by itself
+// (see above), and says which kernel runs now. Leaves OPENBLAS_CORETYPE's choice alone.
+// Process-wide, for the start of a program, like use_blas_kernel.
+BlasKernel use_best_blas_kernel() {
+  BlasKernel before = blas_kernel();
+  const bool user_chose = std::getenv("OPENBLAS_CORETYPE") != nullptr;
+  const auto better = better_blas_kernel(before.name, cpu_simd_level(), user_chose);
+  if (!better) return before;
+  if (detail::reload_blas_kernel(*better) && detail::current_blas_kernel() == *better) {
+    detail::blas_kernel_record() = BlasKernel{
+        *better, fmt::format("mha (the CPU has {}; OpenBLAS picked {})", to_string(cpu_simd_level()), before.name)};
+  } else if (detail::current_blas_kernel() != before.name) {
+    detail::reload_blas_kernel(before.name);  // never leave one we did not mean
+  }
+  return blas_kernel();
 }
 
 }  // namespace mha

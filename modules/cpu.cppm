@@ -54,7 +54,30 @@ inline SimdLevel cpu_simd_level() {
 
 namespace mha::detail {
 
-bool has_avx2() { return cpu_simd_level() >= SimdLevel::avx2; }
-bool has_avx512() { return cpu_simd_level() >= SimdLevel::avx512; }
+// The highest level the softmax kernels may run at; AVX-512 (no limit) unless a test
+// lowers it. inline for its static, as cpu_simd_level().
+inline std::atomic<SimdLevel>& kernel_simd_limit() {
+  static std::atomic<SimdLevel> limit{SimdLevel::avx512};
+  return limit;
+}
+
+// The level the softmax kernels run at: this CPU's best, at most the limit.
+SimdLevel kernel_simd_level() { return std::min(cpu_simd_level(), kernel_simd_limit().load()); }
+
+bool has_avx2() { return kernel_simd_level() >= SimdLevel::avx2; }
+bool has_avx512() { return kernel_simd_level() >= SimdLevel::avx512; }
 
 }  // namespace mha::detail
+
+export namespace mha::testing {
+
+// For tests: has the softmax kernels (:softmax_kernels) run at `level` at most, so that
+// one machine with AVX-512 runs the AVX2 and the SSE2 builds of every kernel too.
+// Returns the limit it replaces. Process-wide: set it while no forward runs. A level
+// above this CPU's is never used (the CPU's own is).
+SimdLevel limit_kernel_simd_level(SimdLevel level) { return detail::kernel_simd_limit().exchange(level); }
+
+// The level the softmax kernels run at now.
+SimdLevel kernel_simd_level() { return detail::kernel_simd_level(); }
+
+}  // namespace mha::testing

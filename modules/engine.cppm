@@ -6,10 +6,10 @@
 // buffers and a head is a strided view into them, the heads land in the caller's layout
 // and out_proj writes straight into the returned tensor. The attention itself is
 // :fast_attention (GEMMs, fused softmax) or :flash_attention (tiles, online softmax).
-// The engine owns what this costs: buffers kept per thread, and W^T per version of the
-// weights. Every PyTorch step it shares with the reference is called, not re-derived:
-// the masks (:masks), bias_k/bias_v (:extra_keys), the scale (:attention), the output
-// weights (:inputs).
+// The engine owns what this costs: buffers kept per thread (:workspace), and W^T per
+// version of the weights. Every PyTorch step it shares with the reference is called, not
+// re-derived: the masks (:masks), bias_k/bias_v (:extra_keys), the scale (:attention),
+// the output weights (:inputs).
 //
 // An interface partition that exports nothing: MultiheadAttention holds an Engine, so code
 // outside the module that moves or copies a MultiheadAttention needs Engine's definition to
@@ -25,6 +25,7 @@ export module mha:engine;
 
 import :random;
 import :threads;
+import :workspace;
 import :options;
 import :parameters;
 import :in_projection;
@@ -38,29 +39,6 @@ import :fast_attention;
 import :flash_attention;
 
 namespace mha::detail {
-
-// Buffers of the fast paths, one set per calling thread, kept from one forward() to the
-// next so that their pages are not returned and faulted in again on every call. Being
-// the thread's and not the module's, they let any number of threads run forward() on one
-// module at once; they last as long as the thread.
-template <class T>
-struct Workspace {
-  std::vector<std::vector<T>> slots;    // q, k, v, the extended keys, the heads, the weights
-  std::size_t used = 0;                 // slots handed out in this forward()
-  std::vector<std::vector<T>> scratch;  // per worker: (rows, S') scores, or a (Tq, Tk) tile
-
-  static Workspace& of_this_thread() {
-    thread_local Workspace workspace;
-    workspace.used = 0;
-    return workspace;
-  }
-  T* get(std::size_t size) {  // the next slot, at least `size` long
-    if (slots.size() <= used) slots.emplace_back();
-    auto& slot = slots[used++];
-    if (slot.size() < size) slot.resize(size);
-    return slot.data();
-  }
-};
 
 // The projection weights transposed, W^T (in, out): y = x W^T + b is then the plain GEMM
 // x . (W^T), which OpenBLAS runs without repacking W on every call (about 30% faster at
@@ -272,8 +250,8 @@ public:
     const Sizes s(options);
     const std::size_t L = g.L, N = g.N, E = s.E;
     const std::size_t S = statics.k ? statics.k.S : g.S;  // the keys' length: static_k's when given
-    // The library's threads split the GEMMs' rows where OpenBLAS runs single-threaded
-    // (:threads); below ~20 MFLOP a forward is over before a second thread would start.
+    // The library's threads split the GEMMs' rows (:threads); below ~20 MFLOP a forward
+    // is over before a second thread would start.
     const double flops = 8.0 * double(L * N) * double(E * E) + 4.0 * double(N * L * S) * double(E);
     Workspace<T>& ws = Workspace<T>::of_this_thread();
     const FastCall<T> c{g, E, s.H, s.D, ws, threads_for(flops, /*threshold=*/2e7, engine_threads())};
@@ -313,6 +291,7 @@ public:
     const T* bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
     parallel_linear_into(heads, L * N, E, LinearWeight<T>{wt->out_proj.data(), E, true}, E, bias,
                          out.attn_output.data(), c.threads);
+    ws.keep_within_limit();  // nothing points into the buffers any more
     return out;
   }
 

@@ -1,7 +1,7 @@
 // mha:gemm_library — which library multiplies the float matrices: oneDNN or OpenBLAS.
 //
-// OpenBLAS is the library's BLAS: every double GEMM, every GEMM of a build without oneDNN,
-// and every GEMM while OpenBLAS runs threads of its own (:threads). oneDNN (Intel's deep
+// OpenBLAS is the library's BLAS: every double GEMM, every small one, and every GEMM of a
+// build without oneDNN. oneDNN (Intel's deep
 // learning library, Debian's libdnnl) has a single-precision GEMM too, dnnl_sgemm, with
 // kernels generated at run time for the CPU's instruction set, up to AVX-512 and AMX, so
 // a CPU newer than OpenBLAS 0.3.21's table of models is no problem for it either.
@@ -103,14 +103,13 @@ void use_gemm_library(GemmLibrary library) {
 
 GemmLibrary gemm_library() { return detail::float_gemm_library(); }
 
-// The library that runs a float GEMM of m x n x k multiply-adds, as things stand: oneDNN
-// when it is the chosen library, the GEMM is large enough to gain from it, and the
-// library's own threads run the work (OpenBLAS held to one, :threads); else OpenBLAS,
-// which then threads the GEMM itself.
+// The library that runs a float GEMM of m x n x k multiply-adds: oneDNN when it is the
+// chosen library and the GEMM is large enough to gain from it, else OpenBLAS. It depends
+// on these two alone, never on a thread setting, so a result does not change with the
+// host program's OpenBLAS threads.
 GemmLibrary gemm_library_for(std::size_t m, std::size_t n, std::size_t k) {
   const double multiply_adds = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const bool onednn = gemm_library() == GemmLibrary::onednn && multiply_adds >= detail::onednn_smallest_gemm &&
-                      detail::openblas_runs_single_threaded();
+  const bool onednn = gemm_library() == GemmLibrary::onednn && multiply_adds >= detail::onednn_smallest_gemm;
   return onednn ? GemmLibrary::onednn : GemmLibrary::openblas;
 }
 

@@ -65,8 +65,8 @@ void linear_into(const T* x, std::size_t rows, std::size_t in, LinearWeight<T> w
           out);
 }
 
-// linear_into with the rows split into one block per thread: each thread runs a
-// single-threaded GEMM on its block, (rows/threads, in) x (in, out), against the shared W.
+// linear_into with the rows split into one block per thread: each thread runs one GEMM
+// on its block, (rows/threads, in) x (in, out), against the shared W.
 template <class T>
 void parallel_linear_into(const T* x, std::size_t rows, std::size_t in, LinearWeight<T> w, std::size_t out,
                           const T* bias, T* y, int threads) {
@@ -78,8 +78,8 @@ void parallel_linear_into(const T* x, std::size_t rows, std::size_t in, LinearWe
   });
 }
 
-// gemm with C's rows split into one block per thread, each a single-threaded GEMM against
-// the whole of op(B). Row i of op(A) is row i of A, or column i of A with trans_a (A is
+// gemm with C's rows split into one block per thread, each one GEMM against the whole
+// of op(B). Row i of op(A) is row i of A, or column i of A with trans_a (A is
 // then (k, m)), so a block of rows starts at a + first * lda, or at a + first.
 template <class T>
 void parallel_gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,

@@ -28,9 +28,10 @@
 //   :kv_cache            decoding one token at a time: the keys and values kept, a step
 // The machine underneath:
 //   :cpu                 what this CPU runs: SSE2, AVX, AVX2 + FMA, AVX-512
-//   :blas                which OpenBLAS kernel runs the GEMMs: the best this CPU runs
+//   :blas                which OpenBLAS kernel runs the GEMMs; use_best_blas_kernel
 //   :gemm_library        oneDNN or OpenBLAS for the float GEMMs, and why oneDNN
-//   :threads             set_num_threads: the library's threads, OpenBLAS's held to one
+//   :threads             set_num_threads: the library's own pool of threads
+//   :workspace           the fast paths' buffers per thread, capped and releasable
 //
 // The engine behind AttentionPath::fast and memory_efficient is internal, all of it in
 // namespace mha::detail, none of it exported (:engine is an interface partition only so
@@ -50,6 +51,7 @@ export import :blas;
 export import :gemm_library;
 export import :random;
 export import :threads;
+export import :workspace;
 export import :in_projection;
 export import :masks;
 export import :attention;

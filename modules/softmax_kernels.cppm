@@ -159,7 +159,7 @@ template <class Kernel, class... Args>
 }
 #endif
 
-// Kernel::run(args...) at the best SIMD level this CPU runs.
+// Kernel::run(args...) at the best SIMD level this CPU runs (or a test allows, :cpu).
 template <class Kernel, class... Args>
 void run_for_this_cpu(Args&&... args) {
 #if defined(__x86_64__)

@@ -16,9 +16,11 @@
 #include <atomic>
 #include <cmath>
 #include <compare>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -41,6 +43,9 @@
 #include <utility>
 #include <variant>
 #include <vector>
+
+#include <pthread.h>  // pthread_setname_np: the pool's threads are named mha-pool (:threads)
+#include <sched.h>    // sched_getaffinity: the CPUs this process may run on (:threads)
 
 // nlohmann_json includes <ranges> in C++20 mode; clang 16 cannot merge <ranges> across
 // module units, and the library needs none of it.

@@ -9,6 +9,8 @@
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 #include "support.hpp"
 
+#include <set>
+
 namespace {
 
 using mha::AttentionPath;
@@ -367,6 +369,21 @@ TEST_CASE("set_num_threads rejects fewer than one thread, naming the argument") 
 
 // ---- float32 at realistic sizes: every path held to the float64 reference --------------
 
+namespace {
+
+using mha::SimdLevel;
+
+// The softmax kernels held to `level` for a scope (mha::testing::limit_kernel_simd_level).
+struct KernelLevel {
+  SimdLevel previous;
+  explicit KernelLevel(SimdLevel level) : previous(mha::testing::limit_kernel_simd_level(level)) {}
+  KernelLevel(const KernelLevel&) = delete;
+  KernelLevel& operator=(const KernelLevel&) = delete;
+  ~KernelLevel() { mha::testing::limit_kernel_simd_level(previous); }
+};
+
+}  // namespace
+
 TEST_CASE("float32 on every path is within float32's rounding of the float64 reference") {
   // The float32 kernels (the Cephes exp, the 8- and 16-lane masked max loops with their
   // remainder lanes, the multi-tile online softmax) at odd lengths, with both masks, on
@@ -395,19 +412,106 @@ TEST_CASE("float32 on every path is within float32's rounding of the float64 ref
   const xt::xarray<float> q32 = xt::cast<float>(q), kv32 = xt::cast<float>(kv);
   // float32 (eps 6e-8) through sums of E = 64 products and softmax over 613 keys: the
   // golden cases' float32 tolerance (PyTorch's defaults, rtol 1.3e-6, atol 1e-5) holds it.
-  for (const bool need_weights : {true, false}) {
-    opts64.need_weights = opts32.need_weights = need_weights;
-    const auto expected = reference.forward(q, kv, kv, opts64);
-    for (const auto& [path_name, path] : all_paths) {
-      if (path == AttentionPath::memory_efficient && need_weights) continue;
-      single.set_attention_path(path);
-      const auto got = single.forward(q32, kv32, kv32, opts32);
-      const std::string what = fmt::format("float32 {} need_weights={}", path_name, need_weights);
-      require_close<double>(what + " attn_output", xt::cast<double>(got.attn_output), expected.attn_output, 1.3e-6,
-                            1e-5);
-      if (need_weights)
-        require_close<double>(what + " weights", xt::cast<double>(mha_test::weights(got)), mha_test::weights(expected),
-                              1.3e-6, 1e-5);
+  // Every SIMD build of the kernels this CPU runs: SSE2 (4 lanes), AVX2 (8), AVX-512 (16).
+  for (const SimdLevel level : {SimdLevel::sse2, SimdLevel::avx2, SimdLevel::avx512}) {
+    if (level > mha::cpu_simd_level()) continue;
+    const KernelLevel at_level(level);
+    REQUIRE(mha::testing::kernel_simd_level() == level);
+    for (const bool need_weights : {true, false}) {
+      opts64.need_weights = opts32.need_weights = need_weights;
+      const auto expected = reference.forward(q, kv, kv, opts64);
+      for (const auto& [path_name, path] : all_paths) {
+        if (path == AttentionPath::memory_efficient && need_weights) continue;
+        single.set_attention_path(path);
+        const auto got = single.forward(q32, kv32, kv32, opts32);
+        const std::string what =
+            fmt::format("float32 {} need_weights={} kernels at {}", path_name, need_weights, mha::to_string(level));
+        require_close<double>(what + " attn_output", xt::cast<double>(got.attn_output), expected.attn_output, 1.3e-6,
+                              1e-5);
+        if (need_weights)
+          require_close<double>(what + " weights", xt::cast<double>(mha_test::weights(got)),
+                                mha_test::weights(expected), 1.3e-6, 1e-5);
+      }
     }
   }
+}
+
+TEST_CASE("the kernels' SIMD level can be limited for a test, and never rises above the CPU's") {
+  const SimdLevel cpu = mha::cpu_simd_level();
+  REQUIRE(mha::testing::kernel_simd_level() == cpu);
+  {
+    const KernelLevel at_sse2(SimdLevel::sse2);
+    REQUIRE(mha::testing::kernel_simd_level() == SimdLevel::sse2);
+  }
+  REQUIRE(mha::testing::kernel_simd_level() == cpu);
+  const KernelLevel at_most(SimdLevel::avx512);  // a limit above the CPU leaves the CPU's own
+  REQUIRE(mha::testing::kernel_simd_level() == cpu);
+}
+
+// ---- the library inside a host program: its threads and its buffers -------------------
+
+namespace {
+
+// The ids of this process's threads named `name` (/proc/self/task/<id>/comm).
+std::set<std::string> threads_named(const std::string& name) {
+  std::set<std::string> ids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ids.insert(entry.path().filename().string());
+  }
+  return ids;
+}
+
+// A forward past the ~20 MFLOP at which the fast path splits its work over threads:
+// 8 L N E^2 + 4 N L^2 E = 17M + 34M flops at L = 256, N = 2, E = 64.
+constexpr std::size_t L_threaded = 256;
+xt::xarray<float> threaded_forward(mha::MultiheadAttention<float>& module) {
+  Engine g(41);
+  const xt::xarray<float> x = xt::cast<float>(random_tensor({L_threaded, 2, 64}, g));  // (L, N, E)
+  return module.forward(x, x, x).attn_output;
+}
+
+}  // namespace
+
+TEST_CASE("forwards share one pool of threads: a forward after the first starts none") {
+  mha::set_num_threads(2);
+  mha::MultiheadAttention<float> module(mha::Options{.embed_dim = 64, .num_heads = 4}, 5);
+  module.eval();
+  module.set_attention_path(AttentionPath::fast);
+  const auto first = threaded_forward(module);
+  // The pool's threads outlive the call: at least one beside the caller (2 threads).
+  const auto pool = threads_named("mha-pool");
+  REQUIRE_FALSE(pool.empty());
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(xt::all(xt::equal(threaded_forward(module), first)));
+    REQUIRE(threads_named("mha-pool") == pool);
+  }
+}
+
+TEST_CASE("a thread's buffers are released on request, and a forward past the limit keeps none") {
+  mha::set_num_threads(2);
+  mha::MultiheadAttention<float> module(mha::Options{.embed_dim = 64, .num_heads = 4}, 5);
+  module.eval();
+  module.set_attention_path(AttentionPath::fast);
+  const std::size_t limit = mha::kept_thread_buffer_bytes();
+  REQUIRE(limit == std::size_t{64} << 20);  // the default, as :workspace says
+  mha::release_thread_buffers();             // what earlier tests in this thread left
+  REQUIRE(mha::thread_buffer_bytes() == 0);
+  const auto expected = threaded_forward(module);
+  // q, k, v and the heads, (L, 2, 64) floats each, and more: all kept.
+  const std::size_t kept = mha::thread_buffer_bytes();
+  REQUIRE(kept > 4 * L_threaded * 2 * 64 * sizeof(float));
+
+  mha::release_thread_buffers();
+  REQUIRE(mha::thread_buffer_bytes() == 0);
+  REQUIRE(xt::all(xt::equal(threaded_forward(module), expected)));  // allocated again, same result
+  REQUIRE(mha::thread_buffer_bytes() == kept);
+
+  mha::set_kept_thread_buffer_bytes(kept - 1);  // this forward's buffers are now "unusually large"
+  REQUIRE(xt::all(xt::equal(threaded_forward(module), expected)));
+  REQUIRE(mha::thread_buffer_bytes() == 0);
+  mha::set_kept_thread_buffer_bytes(limit);
+  threaded_forward(module);
+  REQUIRE(mha::thread_buffer_bytes() == kept);
 }

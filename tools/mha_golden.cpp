@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   auto* check = app.add_subcommand("check", "Run every case found under PATH... and compare with PyTorch");
   check->add_option("PATH", paths, "Case folders, or folders containing them (searched recursively)")->required();
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   std::vector<std::filesystem::path> cases;
   try {

@@ -154,6 +154,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", args.batch, "Batch size N of the random input for --run")->capture_default_str();
   app.add_option("--seed", args.seed, "Seed of the random input for --run")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   try {
     if (args.run && args.num_heads == 0)

@@ -46,6 +46,7 @@ int main(int argc, char** argv) try {
   std::string case_name = "self_seqfirst_f32";
   app.add_option("--case", case_name, "golden case (packed, float32) to split");
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("01", "the packed layout",
                   "Demonstrates: in_proj_weight (3E, E) is W_q, W_k, W_v stacked by rows, in that order.");

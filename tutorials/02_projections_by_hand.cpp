@@ -113,6 +113,7 @@ int main(int argc, char** argv) try {
   std::string case_name = "cross_seqfirst_f32";
   app.add_option("--case", case_name, "golden case (packed, no expected error) to compare with");
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("02", "projections by hand",
                   "Demonstrates: q = x W_q^T + b_q (likewise k, v) equals PyTorch's q, k, v;\n"

@@ -169,6 +169,7 @@ int main(int argc, char** argv) try {
   std::string case_name = "self_seqfirst_f32";
   app.add_option("--case", case_name, "golden case (packed, need_weights, no expected error) to verify against");
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("03", "the right way to verify the split",
                   "Demonstrates: element [1] of F.multi_head_attention_forward is the attention\n"

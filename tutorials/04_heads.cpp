@@ -145,6 +145,7 @@ int main(int argc, char** argv) try {
   app.add_option("--case", case_name, "golden case (batched, no add_bias_kv / add_zero_attn, no dropout)");
   app.add_option("--heads", heads, "split into this many heads instead of the case's (an exercise)");
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("04", "heads, step by step",
                   "Demonstrates: split E into H heads, scale q, q k^T, mask, softmax, . v,\n"

@@ -47,6 +47,7 @@ int main(int argc, char** argv) try {
   std::size_t L = 4;
   app.add_option("--causal", L, "size of the causal mask printed in step 1")->check(CLI::Range(1, 10));
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("05", "masks",
                   "Demonstrates: causal and key padding masks; bool True = masked = -inf, the\n"

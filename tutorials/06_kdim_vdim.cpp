@@ -38,6 +38,7 @@ int main(int argc, char** argv) try {
   std::string case_name = "cross_kdim_vdim_seqfirst_f32";
   app.add_option("--case", case_name, "golden case with kdim or vdim != E (float32)");
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("06", "kdim/vdim and the separate projections",
                   "Demonstrates: kdim/vdim != E forces q/k/v_proj_weight; packing is then\n"

@@ -167,6 +167,7 @@ int main(int argc, char** argv) try {
   app.add_option("--out", out_dir, "folder for the PNG files (default: next to this program)");
   app.add_option("--batch", n, "which batch entry to draw");
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("07", "attention maps as pictures",
                   "Demonstrates: one (L, S) attention map per head and their mean, drawn as PNG\n"

@@ -99,6 +99,7 @@ int main(int argc, char** argv) try {
   app.add_option("--tile", tile, "keys per tile in steps 2 and 3 (1 or more)")
       ->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()));
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("08", "the online softmax",
                   "Demonstrates: softmax(s) . v computed tile by tile with a running maximum,\n"

@@ -34,6 +34,7 @@ int main(int argc, char** argv) try {
   app.add_option("--folder", folder, "folder with model.safetensors, model.json, src.npy and PyTorch's output");
   app.add_option("--prefix", prefix, "key prefix of the layer to load");
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("09", "load a trained layer and split it",
                   "Demonstrates: layers.0.self_attn.* of a saved nn.TransformerEncoder, loaded from\n"

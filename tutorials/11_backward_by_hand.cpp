@@ -235,6 +235,7 @@ int main(int argc, char** argv) try {
   std::string case_name = "backward_cross_unbatched_f64";
   app.add_option("--case", case_name, "a backward golden case (format 2: backward_*)");
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("11", "the backward pass by hand",
                   "Each step of the forward, undone by its own formula, gives autograd's gradients.");

@@ -329,6 +329,7 @@ int main(int argc, char** argv) try {
   std::filesystem::path out_dir = std::filesystem::path(argv[0]).parent_path() / "train-it";
   app.add_option("--out", out_dir, "folder for loss.png, the loss curve (default: next to this program)");
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("12", "train it",
                   "Demonstrates: a model built on the module learns to reverse sequences; its first\n"

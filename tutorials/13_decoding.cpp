@@ -40,6 +40,7 @@ int main(int argc, char** argv) try {
   std::size_t tokens = 6;
   app.add_option("--tokens", tokens, "tokens to decode in step 2")->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
+  mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("13", "decoding one token at a time",
                   "Demonstrates: a cached step (static_k, static_v) is the last row of the causal\n"
