@@ -1,4 +1,4 @@
-"""The peer of mha-bench in ONNX Runtime: nn.MultiheadAttention as every ONNX graph that computes it, each checked, then timed; ONNX Runtime's figure is its fastest graph.
+"""The peer of mha-bench in ONNX Runtime: nn.MultiheadAttention as every ONNX graph that computes it, checked, timed.
 
     /usr/bin/python3 bench/ort_mha.py --threads N [--quick] [--shapes L,N,E,H ...] [--ort-dir DIR]
 
@@ -6,6 +6,7 @@ For each shape, a real torch.nn.MultiheadAttention(E, H) (float32, eval mode, se
 two biases drawn at random too, so that a misplaced bias shows) becomes several ONNX graphs.
 All compute self-attention (x is query, key and value) with the module's weights:
 attn_output, and for need_weights=true also attn_weights, the softmax averaged over heads.
+ONNX Runtime's figure for a shape and need_weights is its fastest graph's time.
 
 The layout. Each graph takes x batch-first, (N, L, E), and gives attn_output as (N, L, E)
 and attn_weights as (N, L, S): that is the layout ONNX Runtime's attention ops read, so no
@@ -53,7 +54,8 @@ default, set explicitly), the median over samples as bench/torch_mha.py takes it
 Prints one JSON list on stdout, one row per shape and need_weights: ort_ms is the fastest
 graph's median time, ort_best_graph its name (op too, as before), ort_graphs every timed
 graph's median, ort_graphs_left_out {graph: why} for the ones that would not run,
-max_scaled_error {graph: {output: error}}, ort_input_layout "(N, L, E)".
+max_scaled_error {graph: {output: error}}, ort_input_layout "(N, L, E)", and
+ort_session_options, the session's settings as bench/ort_run.js reports them.
 
 ONNX Runtime's CPU build comes from npm (onnxruntime-node, run by Node.js): when DIR
 (default $MHA_ORT_DIR, else build/onnxruntime-node, which git ignores) does not hold version ORT_VERSION,
@@ -335,9 +337,11 @@ def primitives_model(num_heads: int, p: dict, need_weights: bool) -> onnx.ModelP
         helper.make_node("Transpose", ["k_split"], ["kh_t"], perm=[0, 2, 3, 1]),   # (N, H, D, S)
         helper.make_node("Reshape", ["v", "heads_shape"], ["v_split"]),            # (N, S, H, D)
         helper.make_node("Transpose", ["v_split"], ["vh"], perm=[0, 2, 1, 3]),     # (N, H, S, D)
-        helper.make_node("MatMul", ["qh", "kh_t"], ["scores"]),                    # (N, H, L, D) x (N, H, D, S) -> (N, H, L, S)
+        # (N, H, L, D) x (N, H, D, S) -> (N, H, L, S)
+        helper.make_node("MatMul", ["qh", "kh_t"], ["scores"]),
         helper.make_node("Softmax", ["scores"], ["probabilities"], axis=-1),       # (N, H, L, S)
-        helper.make_node("MatMul", ["probabilities", "vh"], ["context"]),          # (N, H, L, S) x (N, H, S, D) -> (N, H, L, D)
+        # (N, H, L, S) x (N, H, S, D) -> (N, H, L, D)
+        helper.make_node("MatMul", ["probabilities", "vh"], ["context"]),
         helper.make_node("Transpose", ["context"], ["context_t"], perm=[0, 2, 1, 3]),  # (N, L, H, D)
         helper.make_node("Reshape", ["context_t", "merged_shape"], ["heads"]),     # (N, L, E)
     ]
@@ -427,7 +431,7 @@ def bench_shape(L: int, N: int, E: int, H: int, threads: int, quick: bool, ort_d
         if need_weights:
             want["attn_weights"] = weights.numpy()              # (N, L, S) already
         shape = f"L={L} N={N} E={E} H={H} need_weights={str(need_weights).lower()}"
-        times, left_out, errors, version = {}, {}, {}, None
+        times, left_out, errors, version, options = {}, {}, {}, None, None
         for name, model, optional in models_from_module(module, need_weights):
             label = f"{shape} {name}"
             try:
@@ -441,12 +445,12 @@ def bench_shape(L: int, N: int, E: int, H: int, threads: int, quick: bool, ort_d
                 continue
             errors[name] = check_outputs(label, got, want)
             timing = run_model(model, x_nle, threads, ort_dir, time_it=True, quick=quick)
-            times[name], version = timing["median_ms"], timing["ort_version"]
+            times[name], version, options = timing["median_ms"], timing["ort_version"], timing["session_options"]
         best = min(times, key=times.get)
         rows.append({"L": L, "N": N, "E": E, "H": H, "need_weights": need_weights, "threads": threads,
                      "ort_ms": times[best], "ort_best_graph": best, "op": best, "ort_graphs": times,
                      "ort_graphs_left_out": left_out, "ort_input_layout": "(N, L, E)", "ort_version": version,
-                     "max_scaled_error": errors})
+                     "ort_session_options": options, "max_scaled_error": errors})
     return rows
 
 
