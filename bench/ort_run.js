@@ -2,18 +2,25 @@
 // bench/ort_run.js: one ONNX model run through ONNX Runtime's CPU engine (onnxruntime-node).
 //
 //   node bench/ort_run.js MODEL.onnx --input NAME=FILE --shape D0,D1,... [--threads N]
-//        [--save DIR] [--samples K] [--min-sample-ms T] [--ort-dir DIR]
+//        [--save DIR] [--samples K] [--min-sample-ms T] [--config KEY=VALUE ...] [--ort-dir DIR]
 //
 // The model's one float32 input NAME is read from FILE (raw little-endian float32, as
-// numpy's tofile writes it) with the given shape. The session has intraOpNumThreads = N
-// (default 2), interOpNumThreads = 1, sequential execution and every graph optimisation.
+// numpy's tofile writes it) with the given shape. The session is set for speed on the CPU:
+// intraOpNumThreads = N (default 2), interOpNumThreads = 1, sequential execution, graph
+// optimisation level "all" (ORT_ENABLE_ALL, the highest: basic, extended and layout
+// rewrites, the contrib fusions included), the CPU memory arena and memory patterns on
+// (reused buffers from one run to the next), and the thread pool's threads spinning while
+// they wait for work rather than sleeping (session.intra_op.allow_spinning = 1 and
+// session.inter_op.allow_spinning = 1, ONNX Runtime's defaults, written out so that they
+// show). --config KEY=VALUE adds or overrides one of ONNX Runtime's session configuration
+// entries (onnxruntime_session_options_config_keys.h), e.g. session.dynamic_block_base=4.
 //
 // With --save DIR: runs the model once and writes each output to DIR/<output name>.f32
 // (raw float32), then prints {"outputs": {name: dims}} as JSON.
 // Without it: times session.run the way bench/torch_mha.py times PyTorch: at least
 // 0.1 s of warm-up, then K samples (default 7), each a batch of consecutive runs long
 // enough to last T ms (default 20; the batch size doubles until it does); prints
-// {"median_ms": per-run median over the samples, ...} as JSON. The time includes what
+// {"median_ms": per-run median over the samples, ..., "session_options": {...}} as JSON. The time includes what
 // the Node binding adds to every run (creating the input tensor once, the call through
 // N-API and the promise), a few tens of microseconds.
 //
@@ -28,12 +35,12 @@ const path = require('node:path');
 function usage(message) {
   process.stderr.write(`bench/ort_run.js: ${message}\n` +
     'usage: node bench/ort_run.js MODEL.onnx --input NAME=FILE --shape D0,D1,... [--threads N] ' +
-    '[--save DIR] [--samples K] [--min-sample-ms T] [--ort-dir DIR]\n');
+    '[--save DIR] [--samples K] [--min-sample-ms T] [--config KEY=VALUE ...] [--ort-dir DIR]\n');
   process.exit(2);
 }
 
 function parseArgs(argv) {
-  const args = { threads: 2, samples: 7, minSampleMs: 20,
+  const args = { threads: 2, samples: 7, minSampleMs: 20, config: {},
                  ortDir: path.join(__dirname, '..', 'build', 'onnxruntime-node') };
   for (let i = 0; i < argv.length; ++i) {
     const flag = argv[i];
@@ -51,6 +58,11 @@ function parseArgs(argv) {
     else if (flag === '--samples') args.samples = Number(value());
     else if (flag === '--min-sample-ms') args.minSampleMs = Number(value());
     else if (flag === '--ort-dir') args.ortDir = value();
+    else if (flag === '--config') {
+      const [key, setting] = value().split(/=(.*)/s);
+      if (!key || setting === undefined) usage('--config takes KEY=VALUE');
+      args.config[key] = setting;
+    }
     else if (flag.startsWith('--')) usage(`unknown option ${flag}`);
     else if (args.model === undefined) args.model = flag;
     else usage(`unexpected argument ${flag}`);
@@ -96,6 +108,31 @@ async function timeRuns(session, feeds, samples, minSampleMs) {
   return { median, times, inner };
 }
 
+// The session options: the fastest ONNX Runtime offers on the CPU for one run at a time.
+// onnxruntime-node takes the configuration entries as `extra`, nested by the dots of
+// their keys ("session.intra_op.allow_spinning" is extra.session.intra_op.allow_spinning).
+// Returns { options, config }: config is what `extra` holds, flat, for the timing answer.
+function sessionOptions(args) {
+  const config = { 'session.intra_op.allow_spinning': '1', 'session.inter_op.allow_spinning': '1', ...args.config };
+  const extra = {};
+  for (const [key, setting] of Object.entries(config)) {
+    const parts = key.split('.');
+    let level = extra;
+    for (const part of parts.slice(0, -1)) level = level[part] ??= {};
+    level[parts[parts.length - 1]] = setting;
+  }
+  const options = {
+    intraOpNumThreads: args.threads, interOpNumThreads: 1,
+    executionMode: 'sequential', graphOptimizationLevel: 'all',
+    enableCpuMemArena: true, enableMemPattern: true,
+    extra,
+    // Errors only: ONNX Runtime 1.30 infers the last dimension of the opset-23 Attention's
+    // qk_matmul_output as 0 for 3-D inputs, and would warn about it on every run.
+    logSeverityLevel: 3,
+  };
+  return { options, config };
+}
+
 async function main() {
   const args = parseArgs(process.argv.slice(2));
   const ortPath = path.join(args.ortDir, 'node_modules', 'onnxruntime-node');
@@ -106,13 +143,8 @@ async function main() {
     process.stderr.write(`bench/ort_run.js: cannot load onnxruntime-node from ${ortPath}: ${error.message}\n`);
     process.exit(3);
   }
-  const session = await ort.InferenceSession.create(args.model, {
-    intraOpNumThreads: args.threads, interOpNumThreads: 1,
-    executionMode: 'sequential', graphOptimizationLevel: 'all',
-    // Errors only: ONNX Runtime 1.30 infers the last dimension of the opset-23 Attention's
-    // qk_matmul_output as 0 for 3-D inputs, and would warn about it on every run.
-    logSeverityLevel: 3,
-  });
+  const { options, config } = sessionOptions(args);
+  const session = await ort.InferenceSession.create(args.model, options);
   if (!session.inputNames.includes(args.inputName)) {
     throw new Error(`the model's inputs are ${session.inputNames.join(', ')}, not ${args.inputName}`);
   }
@@ -131,8 +163,13 @@ async function main() {
     return;
   }
   const { median, times, inner } = await timeRuns(session, feeds, args.samples, args.minSampleMs);
+  const { intraOpNumThreads, interOpNumThreads, executionMode, graphOptimizationLevel, enableCpuMemArena,
+          enableMemPattern } = options;
   process.stdout.write(JSON.stringify({ median_ms: median, sample_ms: times, runs_per_sample: inner,
-                                        threads: args.threads, ort_version: ort.env.versions.node }) + '\n');
+                                        threads: args.threads, ort_version: ort.env.versions.node,
+                                        session_options: { intraOpNumThreads, interOpNumThreads, executionMode,
+                                                           graphOptimizationLevel, enableCpuMemArena,
+                                                           enableMemPattern, config } }) + '\n');
 }
 
 main().catch((error) => {
