@@ -359,7 +359,8 @@ TEST_CASE("one thread and two give the same results") {
 
 TEST_CASE("set_num_threads rejects fewer than one thread, naming the argument") {
   const int before = mha::num_threads();
-  REQUIRE_THROWS_WITH(mha::set_num_threads(0), Catch::StartsWith("num_threads: expected at least 1 thread, got 0"));
+  REQUIRE_THROWS_WITH(mha::set_num_threads(0),
+                      Catch::Matchers::StartsWith("num_threads: expected at least 1 thread, got 0"));
   REQUIRE(mha::num_threads() == before);
 }
 
