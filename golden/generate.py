@@ -54,6 +54,9 @@ different CPUs. (The bound was measured on forward tensors; the gradients, compu
 the same kinds of kernels, are held to it too.)
 
 Seeds are fixed and derived from each case's name, so adding a case changes no other.
+
+PyTorch 2.x (Debian 13's 2.6) runs --check and --out DIR within the differences listed in
+docs/versions.md, and refuses to rewrite golden/: that needs 1.13.1 (generator/versions.py).
 """
 
 import argparse
@@ -69,6 +72,7 @@ sys.dont_write_bytecode = True
 
 from generator.check import check
 from generator.golden_folder import generate_golden
+from generator.versions import GOLDEN_PYTORCH, PYTORCH, is_golden_pytorch
 from generator.writers import case_writers
 
 
@@ -92,6 +96,12 @@ def main() -> int:
         parser.error(f"--case: no case named {', '.join(unknown)}")
     if args.check is not None:
         return check(args.check, args.cases)
+    if args.out.resolve() == GOLDEN and not is_golden_pytorch():
+        print(f"generate.py: regenerating golden/ needs PyTorch {GOLDEN_PYTORCH}.1 (Debian 12's "
+              f"python3-torch), which made the goldens; this is PyTorch {PYTORCH}. With it, "
+              "--check compares golden/ with a regeneration and --out DIR writes elsewhere "
+              "(docs/versions.md).", file=sys.stderr)
+        return 1
     print(f"wrote {generate_golden(args.out, args.cases)} to {args.out}")
     return 0
 

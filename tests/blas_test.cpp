@@ -44,7 +44,8 @@ TEST_CASE("use_blas_kernel refuses a name it does not know and a kernel this CPU
   REQUIRE_THROWS_WITH(mha::use_blas_kernel("Pentium"),
                       "kernel: expected an OpenBLAS kernel name such as Haswell or SkylakeX, got 'Pentium'");
   if (mha::cpu_simd_level() < SimdLevel::avx512)
-    REQUIRE_THROWS_WITH(mha::use_blas_kernel("SkylakeX"), Catch::StartsWith("kernel: expected a kernel this CPU runs"));
+    REQUIRE_THROWS_WITH(mha::use_blas_kernel("SkylakeX"),
+                        Catch::Matchers::StartsWith("kernel: expected a kernel this CPU runs"));
   REQUIRE(mha::blas_kernel().name == before);
 }
 

@@ -23,8 +23,6 @@
 // D = head_dim.
 #include "support.hpp"
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>

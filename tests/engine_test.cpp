@@ -361,7 +361,8 @@ TEST_CASE("one thread and two give the same results") {
 
 TEST_CASE("set_num_threads rejects fewer than one thread, naming the argument") {
   const int before = mha::num_threads();
-  REQUIRE_THROWS_WITH(mha::set_num_threads(0), Catch::StartsWith("num_threads: expected at least 1 thread, got 0"));
+  REQUIRE_THROWS_WITH(mha::set_num_threads(0),
+                      Catch::Matchers::StartsWith("num_threads: expected at least 1 thread, got 0"));
   REQUIRE(mha::num_threads() == before);
 }
 
@@ -496,7 +497,7 @@ TEST_CASE("a thread's buffers are released on request, and a forward past the li
   module.set_attention_path(AttentionPath::fast);
   const std::size_t limit = mha::kept_thread_buffer_bytes();
   REQUIRE(limit == std::size_t{64} << 20);  // the default, as :workspace says
-  mha::release_thread_buffers();             // what earlier tests in this thread left
+  mha::release_thread_buffers();            // what earlier tests in this thread left
   REQUIRE(mha::thread_buffer_bytes() == 0);
   const auto expected = threaded_forward(module);
   // q, k, v and the heads, (L, 2, 64) floats each, and more: all kept.

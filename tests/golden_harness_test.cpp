@@ -4,7 +4,7 @@
 #include <fstream>
 #include <iterator>
 
-using Catch::Matchers::Contains;
+using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
@@ -31,34 +31,34 @@ TEST_CASE("a malformed golden case is a FAIL with its reason and never a crash",
   };
   auto r = check_with_json("{\"format\": 4}");
   CHECK_FALSE(r.passed);
-  CHECK_THAT(r.line, Contains("FAIL") && Contains("unknown case format version 4"));
+  CHECK_THAT(r.line, ContainsSubstring("FAIL") && ContainsSubstring("unknown case format version 4"));
   r = check_with_json("{\"format\": 3, \"dtype\": \"float32\"}");  // a functional call names no module
   CHECK_FALSE(r.passed);
-  CHECK_THAT(r.line, Contains("no 'functional' object"));
+  CHECK_THAT(r.line, ContainsSubstring("no 'functional' object"));
   r = check_with_json("{\"format\": 1, \"dtype\": \"float32\"}");
   CHECK_FALSE(r.passed);
-  CHECK_THAT(r.line, Contains("no 'module' object"));
+  CHECK_THAT(r.line, ContainsSubstring("no 'module' object"));
   r = check_with_json("{\"format\": 1, \"dtype\": \"float32\", \"module\": {\"num_heads\": 2}}");
   CHECK_FALSE(r.passed);
-  CHECK_THAT(r.line, Contains("missing 'module.embed_dim'"));
+  CHECK_THAT(r.line, ContainsSubstring("missing 'module.embed_dim'"));
   r = check_with_json("{\"format\": 1, \"dtype\": \"int8\"}");
   CHECK_FALSE(r.passed);
-  CHECK_THAT(r.line, Contains("dtype") && Contains("int8"));
+  CHECK_THAT(r.line, ContainsSubstring("dtype") && ContainsSubstring("int8"));
   r = check_with_json("not json");
   CHECK_FALSE(r.passed);
-  CHECK_THAT(r.line, Contains("not valid JSON"));
+  CHECK_THAT(r.line, ContainsSubstring("not valid JSON"));
   // A valid case.json whose tensors are missing.
   std::ifstream good(mha_test::golden_cases() / "self_seqfirst_f32" / "case.json");
   r = check_with_json(std::string((std::istreambuf_iterator<char>(good)), std::istreambuf_iterator<char>()));
   CHECK_FALSE(r.passed);
-  CHECK_THAT(r.line, Contains("cannot open file"));
+  CHECK_THAT(r.line, ContainsSubstring("cannot open file"));
   // The same case.json as version 2, without the backward object that version 2 requires.
   std::ifstream v1(mha_test::golden_cases() / "self_seqfirst_f32" / "case.json");
   std::string json((std::istreambuf_iterator<char>(v1)), std::istreambuf_iterator<char>());
   json.replace(json.find("\"format\": 1"), 11, "\"format\": 2");
   r = check_with_json(json);
   CHECK_FALSE(r.passed);
-  CHECK_THAT(r.line, Contains("format 2 but no 'backward' object"));
+  CHECK_THAT(r.line, ContainsSubstring("format 2 but no 'backward' object"));
   std::filesystem::remove_all(dir);
 }
 
@@ -92,7 +92,7 @@ TEST_CASE("parse_case_info rejects fields of the wrong kind with mha::Error", "[
     INFO(r.field << " = " << r.json_value);
     const std::string name = std::string(r.field).starts_with("tolerance") ? "tolerance" : r.field;
     CHECK_MHA_ERROR(mha::parse_case_info(case_json_with(r.field, r.json_value), "c"),
-                    Contains(name) && Contains(r.says));
+                    ContainsSubstring(name) && ContainsSubstring(r.says));
   }
-  CHECK_MHA_ERROR(mha::parse_case_info("{\"format\": 1,", "c"), Contains("not valid JSON"));
+  CHECK_MHA_ERROR(mha::parse_case_info("{\"format\": 1,", "c"), ContainsSubstring("not valid JSON"));
 }

@@ -73,7 +73,7 @@ TEST_CASE("a new module is in training mode and dropout acts only there", "[modu
   std::size_t zeros = 0;
   for (std::size_t i = 0; i < w.size(); ++i) {
     if (w.data()[i] == 0.0) ++zeros;
-    else REQUIRE(w.data()[i] == Approx(2.0 * w0.data()[i]).epsilon(1e-12));
+    else REQUIRE(w.data()[i] == Catch::Approx(2.0 * w0.data()[i]).epsilon(1e-12));
   }
   // About half of N*H*L*L = 300 weights are dropped; 3 sigma is about 26.
   CHECK(zeros > 150 - 40);

@@ -5,7 +5,7 @@
 
 #include "third_party.hpp"
 
-#include <catch2/catch.hpp>
+#include "catch2.hpp"  // Catch2 v2 or v3, spelled as v3
 
 #include <unistd.h>  // getpid
 
@@ -150,7 +150,7 @@ inline void require_rejected(mha::MultiheadAttention<float>& m, const xt::xarray
                              const xt::xarray<float>& v, const mha::ForwardOptions<float>& opts,
                              const std::string& argument, const std::string& detail = "") {
   CHECK_MHA_ERROR(m.forward(q, k, v, opts),
-                  Catch::Matchers::Contains(argument + ":") && Catch::Matchers::Contains(detail));
+                  Catch::Matchers::ContainsSubstring(argument + ":") && Catch::Matchers::ContainsSubstring(detail));
 }
 
 }  // namespace small

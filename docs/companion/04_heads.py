@@ -16,7 +16,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from common import check, close, done, forward, in_projection_spy, load_case, make_module, max_abs_err, title
+from common import (check, close, done, forward, in_projection_spy, load_case, make_module, max_abs_err,
+                    only_with_pytorch_1_13, title)
 
 title("04 heads")
 info, t = load_case("attn_mask_float_2d_f32")
@@ -101,6 +102,7 @@ for heads in (1, 4):
           f"{err:.3f}" == err_text and abs(float(o[0, 0, 0]) - out0) < 1e-6 and abs(float(w[0, 0, 0]) - w0) < 1e-6)
 
 print("-- 6) where 1.13.1 merges the masks: after add_zero_attn, before the scaling --")
+only_with_pytorch_1_13("section 6 (the order of lines in 1.13.1's F.multi_head_attention_forward)")
 source = inspect.getsource(F.multi_head_attention_forward)
 order = ["q = q.contiguous().view(tgt_len, bsz * num_heads, head_dim).transpose(0, 1)",  # step 1
          "if add_zero_attn:",

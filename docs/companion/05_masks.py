@@ -6,12 +6,14 @@ the page uses: the causal mask, a bool mask and its float form, the SDPA reading
 same bool mask (True = attend), key padding, a fully masked row (NaN), add_zero_attn
 (out_proj.bias) and add_bias_kv (bias_v through out_proj). It also checks that 1.13.1's merge of two bool masks (logical_or) gives
 what the additive merge of 2.x (and of this library) gives, and the unbatched shapes.
+Under PyTorch 2.x, the fully masked row with need_weights=False is checked as 2.x computes
+it (docs/versions.md): out_proj.bias, not NaN.
 Run: /usr/bin/python3 docs/companion/05_masks.py
 """
 
 import torch
 
-from common import check, close, done, forward, load_case, make_module, max_abs_err, title
+from common import check, close, done, forward, is_pytorch_1_13, load_case, make_module, max_abs_err, title
 
 title("05 masks")
 
@@ -74,7 +76,12 @@ print(f"  weights[0, 2] = {w[0, 2].tolist()}")
 check("row 2 (all keys masked): weights NaN", bool(torch.isnan(w[:, 2]).all()))
 check("and its output row is NaN in every batch entry", bool(torch.isnan(out[2]).all()))
 check("the other rows are finite", bool(torch.isfinite(out[[0, 1, 3, 4]]).all()))
-check("1.13.1 with need_weights=False: NaN too (no SDPA branch)", torch.equal(torch.isnan(out_nw), torch.isnan(out)))
+if is_pytorch_1_13():
+    check("1.13.1 with need_weights=False: NaN too (no SDPA branch)", torch.equal(torch.isnan(out_nw), torch.isnan(out)))
+else:  # docs/versions.md: since 2.5, SDPA gives the row weight 0, so its output is out_proj.bias
+    check(f"{torch.__version__} with need_weights=False: row 2 is out_proj.bias (SDPA, 2.5+)",
+          torch.equal(out_nw[2], module.out_proj.bias.expand_as(out_nw[2])))
+    check("and the other rows are the rows with weights", close(out_nw[[0, 1, 3, 4]], out[[0, 1, 3, 4]], **info["tolerance"]))
 check("row 4 (only key 3 unmasked) puts weight 1 on key 3", w[0, 4].tolist() == [0.0, 0.0, 0.0, 1.0, 0.0])
 
 print("-- 6) add_zero_attn: the row attends to the zero key --")

@@ -4,7 +4,9 @@ The snippets in this folder reproduce the numbers of the course pages with real 
 the version that made the golden cases: 1.13.1, Debian's python3-torch, run as
 /usr/bin/python3. This file only reads golden/cases/ (the format is golden/FORMAT.md) and
 safetensors files, and builds the `torch.nn.MultiheadAttention` a case describes; it
-computes nothing itself.
+computes nothing itself. Under PyTorch 2.x (Debian 13's 2.6) every snippet runs too: a
+check of what only 1.13.1 has (its source lines, its API) stops the snippet as skipped,
+with the reason, and one of what 2.x does differently is checked as docs/versions.md says.
 
 Legend: L = target length, S = source length, N = batch, E = embed_dim, H = num_heads,
 D = E / H.
@@ -21,6 +23,9 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "golden" / "cases"
+# The exit status of a snippet stopped by only_with_pytorch_1_13: CTest reports the
+# docs-companion tests that end with it as skipped (SKIP_RETURN_CODE, docs/CMakeLists.txt).
+SKIPPED = 77
 PARAMETERS = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
               "bias_k", "bias_v", "out_proj.weight", "out_proj.bias")
 
@@ -135,6 +140,22 @@ def check(label, condition):
     """Prints the label with OK, or raises AssertionError: every check of a snippet can fail."""
     print(f"  {label:<62} {'OK' if condition else 'FAILED'}")
     assert condition, label
+
+
+def is_pytorch_1_13():
+    """True under PyTorch 1.13, the goldens' version (Debian's 1.13.1 reports 1.13.0a0)."""
+    return torch.__version__.startswith("1.13.")
+
+
+def only_with_pytorch_1_13(what):
+    """Stops the snippet here as skipped, saying why, unless the PyTorch here is 1.13: what
+    follows checks `what`, which only 1.13.1 has. The checks before it have run."""
+    if is_pytorch_1_13():
+        return
+    print(f"SKIPPED: {what} needs PyTorch 1.13.1, the goldens' version; this is PyTorch "
+          f"{torch.__version__} (docs/versions.md).")
+    sys.stdout.flush()
+    sys.exit(SKIPPED)
 
 
 def title(text):

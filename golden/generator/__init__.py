@@ -15,6 +15,7 @@
     training.py       golden/training/: a small model's first steps of training by Adam
     golden_folder.py  a whole golden folder: cases/, layouts/, weights/ and training/
     check.py          --check: regenerate and compare, byte for byte or within MAX_ULPS
+    versions.py       PyTorch 1.13.1, which made the goldens, or 2.x, which checks them
 """
 
 import os

@@ -12,6 +12,7 @@ import numpy as np
 
 from .functional import computed_inputs
 from .golden_folder import generate_golden
+from .versions import describe_pytorch
 
 # A file is compared in one of two ways, decided by how this generator makes it.
 #
@@ -207,8 +208,9 @@ def check(given: Path, case_names: Optional[list]) -> int:
     if found.problems:
         print_agreement(found)
         print(f"{given} does not regenerate from golden/generate.py: "
-              f"{len(found.problems)} difference(s)")
+              f"{len(found.problems)} difference(s), with {describe_pytorch()}")
         return 1
     print(f"{given} regenerates from golden/generate.py ({written}):")
     print_agreement(found)
+    print(f"  with {describe_pytorch()}")
     return 0
