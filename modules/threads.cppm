@@ -149,7 +149,7 @@ private:
       ParallelJob& job = *open_.front();
       const std::size_t worker = job.joined++;
       ++job.working;
-      if (job.joined == job.workers) open_.pop_front();  // it has all the threads it can use
+      if (job.joined == job.workers) open_.erase(open_.begin());  // it has all the threads it can use
       lock.unlock();
       job.work(worker);
       lock.lock();
@@ -159,7 +159,7 @@ private:
 
   std::mutex mutex_;
   std::condition_variable wake_, done_;
-  std::deque<ParallelJob*> open_;  // jobs that could use another thread, oldest first
+  std::vector<ParallelJob*> open_;  // jobs that could use another thread, oldest first
   std::vector<std::thread> threads_;
   bool stopping_ = false;
 };

@@ -34,9 +34,9 @@ inline std::atomic<std::size_t>& kept_bytes_limit() {
 // One calling thread's buffers for element type T.
 template <class T>
 struct Workspace {
-  // Slots handed out in order by get(), a deque so that handing out another never moves
-  // the ones before it: a forward holds pointers into its slots while it asks for more.
-  std::deque<std::vector<T>> slots;     // q, k, v, the extended keys, the heads, the weights
+  // Slots handed out in order by get(). A forward holds pointers into its slots' storage
+  // while it asks for more; growing `slots` moves the vectors, never their storage.
+  std::vector<std::vector<T>> slots;    // q, k, v, the extended keys, the heads, the weights
   std::size_t used = 0;                 // slots handed out in this forward()
   std::vector<std::vector<T>> scratch;  // per worker: (rows, S') scores, or a (Tq, Tk) tile
 
