@@ -8,7 +8,8 @@
 //
 // Each benchmark is self-attention (query is key is value), sequence-first, eval mode,
 // float32, at the benchmark's shapes (README, Performance) (L = S, N, E, H): the forward
-// with need_weights true and false, and the backward (bench_backward). Then decoding:
+// with need_weights true and false, the backward (bench_backward) and a training step,
+// forward and backward (bench_train_step). Then decoding:
 // one token's step with a KV cache of 128, 1024 and 8192 positions, and the same step
 // without one (bench_decode_step, bench_decode_no_cache).
 // Its gflops counter counts the multiply-adds of multi-head attention:
@@ -112,6 +113,33 @@ void bench_backward(benchmark::State& state, Shape s, mha::AttentionPath path) {
   }
   state.counters["gflops"] =
       benchmark::Counter(2.0 * mha_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = mha::num_threads();
+}
+
+// A training step: forward_for_backward() then backward(), both timed, in training mode
+// with dropout 0 and need_weights=false, for the input and every parameter, as one step of
+// PyTorch's module.train(); out = mha(x, x, x, need_weights=False)[0]; autograd
+// (bench/torch_mha.py). Its gflops counter counts the forward's multiply-adds and the
+// backward's: 3 * (8*L*N*E^2 + 4*N*L*S*E).
+void bench_train_step(benchmark::State& state, Shape s, mha::AttentionPath path) {
+  mha::Options options;
+  options.embed_dim = static_cast<std::int64_t>(s.E), options.num_heads = static_cast<std::int64_t>(s.H);
+  mha::MultiheadAttention<float> module(options, /*seed=*/1);
+  module.train();
+  module.set_attention_path(path);
+  const auto x = random_input(s.L, s.N, s.E, 2);     // (L, N, E)
+  const auto grad = random_input(s.L, s.N, s.E, 3);  // dL/d(attn_output) (L, N, E)
+  mha::ForwardOptions<float> opts;
+  opts.need_weights = false;
+  for (auto _ : state) {
+    const auto [output, record] = module.forward_for_backward(x, x, x, opts);
+    auto gradients = module.backward(record, grad);
+    benchmark::DoNotOptimize(output.attn_output.data());
+    benchmark::DoNotOptimize(gradients.parameters.size());
+    benchmark::ClobberMemory();
+  }
+  state.counters["gflops"] =
+      benchmark::Counter(3.0 * mha_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = mha::num_threads();
 }
 
@@ -309,6 +337,11 @@ int main(int argc, char** argv) {
     for (const auto& s : tiny ? tiny_shapes : benchmark_shapes)
       benchmark::RegisterBenchmark(fmt::format("mha_backward/L={}/N={}/E={}/H={}", s.L, s.N, s.E, s.H).c_str(),
                                    bench_backward, s, path)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    for (const auto& s : tiny ? tiny_shapes : benchmark_shapes)
+      benchmark::RegisterBenchmark(fmt::format("mha_train_step/L={}/N={}/E={}/H={}", s.L, s.N, s.E, s.H).c_str(),
+                                   bench_train_step, s, path)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     for (const auto& s : tiny ? tiny_decode_shapes : decode_shapes) {

@@ -7,7 +7,9 @@ float32. The forward: eval mode, under torch.no_grad(), need_weights True and Fa
 backward (rows with "backward": true): one forward in training mode (dropout 0,
 need_weights=False) with x requiring its gradient, outside the timing; then autograd's
 backward alone, torch.autograd.grad of loss = sum(attn_output * grad) for x and every
-parameter, as mha-bench's mha_backward. Each sample times a batch of calls long enough to
+parameter, as mha-bench's mha_backward. A training step (rows with "train_step": true):
+module.train(); out = mha(x, x, x, need_weights=False)[0]; then torch.autograd.grad for x
+and every parameter, both timed, as mha-bench's mha_train_step. Each sample times a batch of calls long enough to
 be measured (at least 20 ms, 5 ms with --quick); the result is the median over samples,
 per call, in milliseconds. Prints one JSON list on stdout.
 torch.set_num_threads(N) does not reach the OpenBLAS that Debian's torch calls for its
@@ -74,6 +76,19 @@ def main():
         inputs = [x] + list(module.parameters())
         ms = time_call(lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True), min_sample_s, samples)
         rows.append({"L": L, "N": N, "E": E, "H": H, "backward": True, "threads": torch.get_num_threads(),
+                     "torch_ms": ms, "torch_version": torch.__version__})
+    for L, N, E, H in shapes:
+        module = torch.nn.MultiheadAttention(E, H).train()
+        x = torch.randn(L, N, E, requires_grad=True)
+        grad = torch.randn(L, N, E)
+        inputs = [x] + list(module.parameters())
+
+        def step():
+            out = module(x, x, x, need_weights=False)[0]
+            return torch.autograd.grad(out, inputs, grad)
+
+        ms = time_call(step, min_sample_s, samples)
+        rows.append({"L": L, "N": N, "E": E, "H": H, "train_step": True, "threads": torch.get_num_threads(),
                      "torch_ms": ms, "torch_version": torch.__version__})
     print(json.dumps(rows))
 

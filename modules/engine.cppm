@@ -295,16 +295,18 @@ public:
     return out;
   }
 
-private:
-  std::shared_ptr<const TransposedWeights<T>> shared_transposed() const {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return transposed_;
-  }
-  // W^T for `params`, made now if the weights changed since it was last made.
+  // W^T for `params`, made now if the weights changed since it was last made
+  // (:training_forward uses it too).
   std::shared_ptr<const TransposedWeights<T>> transposed(const Parameters<T>& params) {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (!transposed_ || transposed_->version != params.version)
       transposed_ = std::make_shared<const TransposedWeights<T>>(params);
+    return transposed_;
+  }
+
+private:
+  std::shared_ptr<const TransposedWeights<T>> shared_transposed() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
     return transposed_;
   }
 

@@ -12,6 +12,8 @@ module;
 
 module mha;
 
+import :training_forward;
+
 namespace mha::detail {
 
 template <class T>
@@ -22,6 +24,11 @@ Output<T> attention_steps(Engine<T>& engine, const Options& options, const Param
                           SavedForward<T>* saved) {
   const std::size_t S_keys = statics.k ? statics.k.S : g.S;
   const std::size_t S_total = S_keys + options.add_bias_kv + options.add_zero_attn;  // S'
+  // A record for backward(): the engine's forward keeps it, unless the reference path is
+  // chosen or there is nothing for the engine to multiply (training_forward_applies).
+  if (saved && path != AttentionPath::reference && training_forward_applies(g, statics, S_total))
+    return training_forward(engine, options, params, query, key, value, g, std::move(masks), opts, dropout_p, generator,
+                            *saved);
   const AttentionPath resolved =
       saved ? AttentionPath::reference : resolve_attention_path(path, opts.need_weights, g.L, S_total);
   if (resolved == AttentionPath::reference || opts.dropout_mask)

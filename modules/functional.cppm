@@ -80,8 +80,9 @@ namespace mha::detail {
 
 // Steps 3 to 10, after the shapes (step 1) and the masks (step 2), by the path chosen:
 // the reference (:reference_forward), or the fast engine (:engine). A dropout mask to
-// replay, or a record to keep, takes the reference path: the engine draws its own dropout
-// inside its kernels and keeps no intermediates. The module's forward and the functional
+// replay takes the reference path: the engine draws its own dropout inside its kernels. A
+// record to keep for backward() takes :training_forward, the engine's GEMMs keeping the
+// reference's intermediates, unless the path is the reference. The module's forward and the functional
 // form both end here.
 template <class T>
 Output<T> attention_steps(Engine<T>& engine, const Options& options, const Parameters<T>& params,

@@ -198,8 +198,11 @@ public:
 
   // forward(), and what backward() needs from it: the output, and a record of the inputs
   // and intermediates that the gradients are taken at (what PyTorch's autograd saves).
-  // Always runs the reference path, whose every intermediate is a tensor. In training with
-  // dropout, the record holds the dropout mask drawn (or opts.dropout_mask, replayed).
+  // With AttentionPath::reference set it runs the reference forward, whose every
+  // intermediate is a tensor; on every other path the engine's GEMMs (:training_forward),
+  // keeping the same intermediates. Either keeps the (N*H, L, S') softmax, as PyTorch's
+  // autograd does. In training with dropout, the record holds the dropout mask drawn (or
+  // opts.dropout_mask, replayed), drawn in the same order on both.
   std::pair<Output<T>, ForwardRecord<T>> forward_for_backward(const xt::xarray<T>& query, const xt::xarray<T>& key,
                                                               const xt::xarray<T>& value,
                                                               const ForwardOptions<T>& opts = {}) {
@@ -246,8 +249,8 @@ private:
   friend class KVCache<T>;
 
   // forward() and forward_for_backward(): steps 1 and 2 here, 3 to 10 by the path chosen
-  // (detail::attention_steps, which the functional form runs too). With `saved`, the
-  // reference path runs and keeps what backward() needs.
+  // (detail::attention_steps, which the functional form runs too). With `saved`, what
+  // backward() needs is kept there (by the engine unless the path is the reference).
   Output<T> run_forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
                         const ForwardOptions<T>& opts, detail::SavedForward<T>* saved) {
     // Training-mode dropout draws from the module's one generator: calls that draw take

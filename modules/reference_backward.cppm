@@ -86,7 +86,7 @@ Gradients<T> reference_backward(const Options& options, const Parameters<T>& par
   const auto d_heads = merge_heads_backward(out_proj.input, H);  // (B, L, D)
 
   // 8) attention per head, from its output back to the scores
-  auto values = weighted_values_backward(s.weights, s.vh, d_heads);  // dP (B, L, S'), dV (B, S', D)
+  auto values = weighted_values_backward(s.weights_after_dropout(), s.vh, d_heads);  // dP (B, L, S'), dV (B, S', D)
   if (grad_attn_output_weights)  // the returned weights are the dropped-out P: their gradient adds to dP
     values.weights += output_weights_backward(*grad_attn_output_weights, N, H, L, S_total, s.average_attn_weights);
   const auto d_probabilities =

@@ -42,6 +42,10 @@ struct SavedForward {
   std::optional<xt::xtensor<bool, 3>> dropout_mask;      // (B, L, S'), True = kept; none without dropout
   double dropout_p = 0;
   xt::xtensor<T, 3> merged;  // (L, N, E): the heads side by side, out_proj's input
+
+  // P after dropout, which P . v and the returned weights took: `weights`, or without
+  // dropout P itself (the engine's forward then keeps no second copy in `weights`).
+  const xt::xtensor<T, 3>& weights_after_dropout() const { return dropout_mask ? weights : probabilities; }
 };
 
 // Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2). static_k

@@ -139,11 +139,21 @@ TEST_CASE("a dropout mask replays a dropout, on every path", "[backward][dropout
   module.train();
 
   // A training forward draws a mask and records it; given back, it gives the same output.
+  // A replayed mask takes the reference path, so the mask is drawn on it too.
+  auto twin = module;  // the same weights and the same generator state
+  module.set_attention_path(mha::AttentionPath::reference);
   auto [drawn, record] = module.forward_for_backward(x, x, x);
   const auto& keep = mha_test::value_of(record.dropout_mask(), "dropout_mask");
   REQUIRE(mha_test::shape_of(keep) == std::vector<std::size_t>{N * H, L, L});
   CHECK(xt::any(keep));
   CHECK_FALSE(xt::all(keep));
+
+  // The engine's training forward draws the same mask from the same generator state, and
+  // gives the same output up to the order of its sums (GEMMs against the reference's loops).
+  twin.set_attention_path(mha::AttentionPath::fast);
+  const auto [twin_out, twin_record] = twin.forward_for_backward(x, x, x);
+  CHECK(mha_test::value_of(twin_record.dropout_mask(), "dropout_mask") == keep);
+  require_close<double>("engine's drawn attn_output", twin_out.attn_output, drawn.attn_output, 1e-12, 1e-12);
   mha::ForwardOptions<double> replay;
   replay.dropout_mask = keep;
   for (const auto& [name, path] : mha_test::all_paths) {
