@@ -38,6 +38,7 @@
 // that MultiheadAttention, which holds an Engine, can be copied outside the module):
 //   :engine              the fast forward: buffers, W^T, the fewest GEMMs, steps 3 to 10
 //   :engine_backward     the fast backward: GEMMs over strided heads, from a saved forward
+//   :training_forward    forward_for_backward() on the engine: its GEMMs, the reference's record
 //   :fast_attention      every batch-head as two GEMMs and one softmax pass
 //   :flash_attention     tiles and an online softmax, the weights never formed
 //   :softmax_kernels     the softmax row kernels and the SIMD level they run at
