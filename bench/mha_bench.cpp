@@ -73,10 +73,15 @@ mha::AttentionPath path_from_name(const std::string& name) {
   throw mha::Error(fmt::format("--path: expected automatic, reference, fast or memory_efficient, got '{}'", name));
 }
 
-void bench_forward(benchmark::State& state, Shape s, bool need_weights, mha::AttentionPath path) {
+// The module every row times: embed_dim E, H heads, the same seed, float32.
+mha::MultiheadAttention<float> bench_module(const Shape& s) {
   mha::Options options;
   options.embed_dim = static_cast<std::int64_t>(s.E), options.num_heads = static_cast<std::int64_t>(s.H);
-  mha::MultiheadAttention<float> module(options, /*seed=*/1);
+  return mha::MultiheadAttention<float>(options, /*seed=*/1);
+}
+
+void bench_forward(benchmark::State& state, Shape s, bool need_weights, mha::AttentionPath path) {
+  auto module = bench_module(s);
   module.eval();
   module.set_attention_path(path);
   const auto x = random_input(s.L, s.N, s.E, 2);  // (L, N, E)
@@ -97,9 +102,7 @@ void bench_forward(benchmark::State& state, Shape s, bool need_weights, mha::Att
 // gflops counter counts twice the forward's multiply-adds (each product of the forward
 // gives two in the backward): 16*L*N*E^2 + 8*N*L*S*E.
 void bench_backward(benchmark::State& state, Shape s, mha::AttentionPath path) {
-  mha::Options options;
-  options.embed_dim = static_cast<std::int64_t>(s.E), options.num_heads = static_cast<std::int64_t>(s.H);
-  mha::MultiheadAttention<float> module(options, /*seed=*/1);
+  auto module = bench_module(s);
   module.set_attention_path(path);
   const auto x = random_input(s.L, s.N, s.E, 2);     // (L, N, E)
   const auto grad = random_input(s.L, s.N, s.E, 3);  // dL/d(attn_output) (L, N, E)
@@ -122,9 +125,7 @@ void bench_backward(benchmark::State& state, Shape s, mha::AttentionPath path) {
 // (bench/torch_mha.py). Its gflops counter counts the forward's multiply-adds and the
 // backward's: 3 * (8*L*N*E^2 + 4*N*L*S*E).
 void bench_train_step(benchmark::State& state, Shape s, mha::AttentionPath path) {
-  mha::Options options;
-  options.embed_dim = static_cast<std::int64_t>(s.E), options.num_heads = static_cast<std::int64_t>(s.H);
-  mha::MultiheadAttention<float> module(options, /*seed=*/1);
+  auto module = bench_module(s);
   module.train();
   module.set_attention_path(path);
   const auto x = random_input(s.L, s.N, s.E, 2);     // (L, N, E)
@@ -237,9 +238,7 @@ void bench_sgemm(benchmark::State& state, std::size_t n, mha::GemmLibrary librar
 // One forward without weights at L = S = 8192 in this process, then its peak RSS.
 int run_memory() {
   const Shape s{8192, 1, 512, 8};
-  mha::Options options;
-  options.embed_dim = static_cast<std::int64_t>(s.E), options.num_heads = static_cast<std::int64_t>(s.H);
-  mha::MultiheadAttention<float> module(options, /*seed=*/1);
+  auto module = bench_module(s);
   module.eval();
   const auto x = random_input(s.L, s.N, s.E, 2);  // (L, N, E)
   mha::ForwardOptions<float> opts;
