@@ -105,8 +105,8 @@ void head_backward(const HeadsBackward<T>& c, std::size_t b, T* d_scores) {
   gemm<T>(/*trans_a=*/false, /*trans_b=*/true, L, S, D, T(1), d_out, NE, v, D, T(0), d_scores, S);
   // (S', L) x (L, D) -> (S', D), rows [0, S_keys); none when the zero key is the only key
   if (c.S_keys > 0)
-    gemm<T>(/*trans_a=*/true, /*trans_b=*/false, c.S_keys, D, L, T(1), s.weights_after_dropout().data() + b * LS, S, d_out, NE, T(0),
-            c.dv + out_column, ld);
+    gemm<T>(/*trans_a=*/true, /*trans_b=*/false, c.S_keys, D, L, T(1), s.weights_after_dropout().data() + b * LS, S,
+            d_out, NE, T(0), c.dv + out_column, ld);
   if (c.d_weights) add_output_weights_gradient(*c.d_weights, b, c.H, LS, s.average_attn_weights, d_scores);
   if (s.dropout_mask) apply_dropout_mask(d_scores, s.dropout_mask->data() + b * LS, LS, dropout_scale<T>(s.dropout_p));
   for (std::size_t i = 0; i < L; ++i)
