@@ -3,8 +3,8 @@
 # `import mha.io;`, `import mha.golden;`).
 #
 #   <prefix>/lib/libmha.a
-#   <prefix>/include/mha/*.cppm, io/, golden/, third_party*.hpp
-#                                                   module units and their GMF headers
+#   <prefix>/include/mha/*.cppm                    the module units (one per layer)
+#   <prefix>/include/mha/*/*.hpp, third_party*.hpp  the files they include, and their GMF headers
 #   <prefix>/lib/cmake/mha/                         mhaConfig.cmake, version, targets
 #   <prefix>/bin/mha-golden                         the golden-case checker
 include(GNUInstallDirs)
@@ -22,7 +22,9 @@ install(TARGETS mha EXPORT mhaTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   FILE_SET CXX_MODULES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mha)
-install(FILES modules/third_party.hpp modules/third_party_json.hpp modules/third_party_core.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mha)
+# The files each module unit includes in its purview (platform/, textbook/, ...) and the
+# third-party headers of the global module fragments, next to the units as in modules/.
+install(DIRECTORY modules/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mha FILES_MATCHING PATTERN "*.hpp")
 install(TARGETS mha-golden RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT mhaTargets
   NAMESPACE mha::

@@ -2,12 +2,21 @@
 //
 // `import mha.golden;` next to `import mha;` gives what the mha-golden tool, the golden
 // tests and the tutorials use. A case is a folder in the format of golden/FORMAT.md; its
-// tensors are .npy files, read through mha.io. Read the partitions in this order:
+// tensors are .npy files, read through mha.io. Read the files in this order:
 //   :cases   finding case folders, case.json (every field checked), loading the tensors
 //   :check   building the module of a case, running it, comparing with PyTorch's tensors
-// Internal code is in namespace mha::detail: :case_json, an implementation partition that
-// is not exported, reads each field of case.json as the kind it must be.
+// Each name is a file of modules/golden/. Internal code is in namespace mha::detail, not
+// exported: case_json.hpp reads each field of case.json as the kind it must be.
+//
+// One module unit, each file one idea: docs/building.md says why.
+module;
+#include "third_party.hpp"
+
 export module mha.golden;
 
-export import :cases;
-export import :check;
+import mha;
+import mha.io;
+
+#include "golden/case_json.hpp"
+#include "golden/cases.hpp"
+#include "golden/check.hpp"

@@ -1,7 +1,7 @@
-// mha: PyTorch's torch.nn.MultiheadAttention, from scratch, one idea per partition.
+// mha: PyTorch's torch.nn.MultiheadAttention, from scratch, one idea per file.
 //
 // Where to start: MultiheadAttention::forward() in :multihead_attention, then the reference
-// forward it calls (reference_forward.cpp), whose numbered steps each call the partition
+// forward it calls (reference_forward.cpp), whose numbered steps each call the file
 // that teaches them. The machine underneath and the engine can be skipped at first.
 //
 // `import mha;` gives the module and what it is made of. Files are in two modules of
@@ -34,8 +34,8 @@
 //   :workspace           the fast paths' buffers per thread, capped and releasable
 //
 // The engine behind AttentionPath::fast and memory_efficient is internal, all of it in
-// namespace mha::detail, none of it exported (:engine is an interface partition only so
-// that MultiheadAttention, which holds an Engine, can be copied outside the module):
+// namespace mha::detail, none of it exported (its layer is re-exported only so that
+// MultiheadAttention, which holds an Engine, can be copied outside the module):
 //   :engine              the fast forward: buffers, W^T, the fewest GEMMs, steps 3 to 10
 //   :engine_backward     the fast backward: GEMMs over strided heads, from a saved forward
 //   :training_forward    forward_for_backward() on the engine: its GEMMs, the reference's record
@@ -44,29 +44,18 @@
 //   :softmax_kernels     the softmax row kernels and the SIMD level they run at
 //   :attention_problem   heads as strided views, masks as given: what the kernels solve
 //   :linear              the one GEMM entry point, and y = x W^T + b on it
+//
+// Each name above is one file, :attention being textbook/attention.hpp. The files are in
+// four layers, each one module partition that includes its files, each file after those it
+// uses: mha:platform (modules/platform/: :cpu to :workspace, and :linear), mha:textbook
+// (modules/textbook/), mha:engine (modules/engine/) and mha:api (modules/api/: :functional,
+// :multihead_attention, :kv_cache). docs/building.md has the figures of why.
 export module mha;
 
 export import mha.core;
-export import :cpu;
-export import :blas;
-export import :gemm_library;
-export import :random;
-export import :threads;
-export import :workspace;
-export import :in_projection;
-export import :masks;
-export import :attention;
-export import :extra_keys;
-export import :options;
-export import :inputs;
-export import :parameters;
-export import :reference_forward;
-export import :functional;
-export import :gradients;
-export import :reference_backward;
-export import :multihead_attention;
-export import :kv_cache;
+export import :platform;
+export import :textbook;
 // The engine exports no name; it is re-exported because every interface partition must be,
 // and because MultiheadAttention, which holds one, needs its definition reachable.
 export import :engine;
-export import :engine_backward;
+export import :api;

@@ -1,7 +1,7 @@
 // The standard and third-party headers of every mha module unit, in one fixed order.
 //
-// Each partition includes this file in its global module fragment. Clang 16 compares
-// the global-module declarations of partitions that import each other, and reports
+// Each module unit includes this file in its global module fragment. Clang 16 compares
+// the global-module declarations of units that import each other, and reports
 // false ODR mismatches (in libstdc++'s <compare>) when their fragments include the
 // same headers in different orders; one shared list keeps them identical.
 //

@@ -1,4 +1,4 @@
-// :engine and the internal partitions behind it (:fast_attention, :flash_attention,
+// :engine and the internal files behind it (:fast_attention, :flash_attention,
 // :softmax_kernels, :attention_problem, :linear), held to the reference path.
 //
 // On random float64 inputs covering every option, fast and memory_efficient must equal the

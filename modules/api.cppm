@@ -1,0 +1,20 @@
+// mha:api — what a PyTorch user calls: the functional form, the module, the KV cache.
+//
+// F.multi_head_attention_forward argument for argument (functional.hpp), the module with
+// its parameters, train/eval and a forward that picks a path (multihead_attention.hpp), and
+// decoding one token at a time (kv_cache.hpp). Start reading at MultiheadAttention::forward().
+//
+// One module unit per layer, each file one idea: docs/building.md says why.
+module;
+#include "third_party.hpp"
+
+export module mha:api;
+
+import mha.core;
+import :platform;
+import :textbook;
+import :engine;
+
+#include "api/functional.hpp"
+#include "api/multihead_attention.hpp"
+#include "api/kv_cache.hpp"

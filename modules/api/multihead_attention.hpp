@@ -1,0 +1,348 @@
+// mha:multihead_attention — the module: torch.nn.MultiheadAttention in C++.
+//
+// Holds the options and the parameters under PyTorch's state_dict names (:parameters),
+// and runs MultiheadAttention.forward of torch/nn/modules/activation.py: forward() checks
+// the shapes (step 1, :inputs), prepares the masks (step 2, :masks) and hands steps 3 to
+// 10 to the path chosen: the readable reference (:reference_forward), numbered as
+// torch/nn/functional.py's multi_head_attention_forward, or the fast engine (:engine).
+// backward() gives the gradients of a forward run by forward_for_backward(), as PyTorch's
+// autograd computes them: step by step (:reference_backward) or by GEMMs (:engine_backward).
+//
+// Two variants, as in PyTorch:
+//   packed    in_proj_weight (3E, E) = [W_q; W_k; W_v], used when kdim == vdim == E;
+//   separate  q_proj_weight (E, E), k_proj_weight (E, kdim), v_proj_weight (E, vdim):
+//             three independent projections, forced when kdim or vdim differs from E
+//             and available on request (Options::separate_projections) otherwise.
+// in_proj_bias (3E) = [b_q; b_k; b_v] is packed in both.
+//
+// Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
+// D = head_dim = E / H.
+//
+// Included by modules/api.cppm, in its module purview: no module line of its own.
+// Uses mha.core, :random, :threads, :options, :parameters, :in_projection, :inputs, :masks, :attention, :reference_forward, :functional, :reference_backward, :engine, :linear, :engine_backward.
+
+export namespace mha {
+
+template <class T>
+class MultiheadAttention;
+template <class T>
+class KVCache;
+
+// What backward() needs from one forward: made by MultiheadAttention::forward_for_backward,
+// read by its backward(), opaque to everyone else (so it always holds a forward's tensors
+// as that forward made them). It names the weights it was made with: backward() refuses
+// a record of another module, or of parameters since changed.
+template <class T>
+class ForwardRecord {
+public:
+  bool need_weights() const { return saved_.need_weights; }
+  // (N*H, L, S'), True = kept: the dropout this forward applied; none without dropout.
+  const std::optional<xt::xtensor<bool, 3>>& dropout_mask() const { return saved_.dropout_mask; }
+
+private:
+  friend class MultiheadAttention<T>;
+  ForwardRecord() = default;
+  std::uint64_t weights_version_ = 0;
+  detail::SavedForward<T> saved_;
+};
+
+template <class T>
+class MultiheadAttention {
+public:
+  // Parameters are initialised as PyTorch's _reset_parameters does, from `generator`;
+  // then the dropout generator is seeded from it too, so that layers made one after the
+  // other from one generator draw different dropout masks (as from PyTorch's global one).
+  MultiheadAttention(const Options& options, Generator& generator) : options_(validated(options)), params_(options_) {
+    params_.reset(generator);
+    dropout_generator_.seed(generator.next_seed());
+  }
+  explicit MultiheadAttention(const Options& options, std::uint64_t seed = 0)
+      : options_(validated(options)), params_(options_), dropout_generator_(seed) {
+    Generator generator(seed);
+    params_.reset(generator);
+  }
+
+  const Options& options() const { return options_; }
+  std::size_t embed_dim() const { return detail::Sizes(options_).E; }
+  std::size_t num_heads() const { return detail::Sizes(options_).H; }
+  std::size_t head_dim() const { return detail::Sizes(options_).D; }
+  std::size_t kdim() const { return detail::Sizes(options_).kdim; }
+  std::size_t vdim() const { return detail::Sizes(options_).vdim; }
+  // PyTorch's _qkv_same_embed_dim: true when the packed in_proj_weight is possible.
+  bool qkv_same_embed_dim() const { return kdim() == embed_dim() && vdim() == embed_dim(); }
+  // True when the parameters hold in_proj_weight; false for q/k/v_proj_weight.
+  bool packed() const { return params_.packed; }
+
+  // Training mode (dropout on) or evaluation mode, as nn.Module.train() / eval().
+  // A new module is in training mode, as in PyTorch.
+  void train(bool mode = true) { training_ = mode; }
+  void eval() { training_ = false; }
+  bool training() const { return training_; }
+  // Seeds the generator that training-mode dropout draws from, under the lock that the
+  // forwards drawing from it take: the next dropout masks are then those of this seed.
+  void seed_dropout(std::uint64_t seed) {
+    const std::lock_guard<std::mutex> lock(dropout_mutex_.mutex);
+    dropout_generator_.seed(seed);
+  }
+
+  // A number that changes at every change of the parameters and that no other state of
+  // any module's parameters has had: equal numbers mean equal weights (a cache's key).
+  std::uint64_t weights_version() const { return params_.version; }
+
+  // ---- parameters, by PyTorch's state_dict names -----------------------------------
+
+  // The state_dict keys, in PyTorch's order.
+  std::vector<std::string> parameter_names() const { return params_.names(); }
+
+  // The shape PyTorch gives the parameter `name`.
+  std::vector<std::size_t> parameter_shape(std::string_view name) const {
+    const std::size_t E = embed_dim();
+    if (name == "in_proj_weight") return {3 * E, E};
+    if (name == "q_proj_weight" || name == "out_proj.weight") return {E, E};
+    if (name == "k_proj_weight") return {E, kdim()};
+    if (name == "v_proj_weight") return {E, vdim()};
+    if (name == "in_proj_bias") return {3 * E};
+    if (name == "out_proj.bias") return {E};
+    if (name == "bias_k" || name == "bias_v") return {1, 1, E};
+    throw Error(fmt::format("name: unknown parameter '{}'", name));
+  }
+
+  xt::xarray<T> parameter(std::string_view name) const { return params_.get(name); }
+
+  // Sets one parameter; its shape must be PyTorch's. Nothing is reshaped or cast.
+  void set_parameter(std::string_view name, const xt::xarray<T>& value) { params_.set(name, value); }
+
+  StateDict<T> state_dict() const {
+    StateDict<T> dict;
+    for (const auto& name : parameter_names()) dict.emplace(name, parameter(name));
+    return dict;
+  }
+
+  // As nn.Module.load_state_dict(strict=True): every name must be known and present.
+  void load_state_dict(const StateDict<T>& dict) {
+    const auto names = parameter_names();
+    for (const auto& [name, _] : dict)
+      check(std::find(names.begin(), names.end(), name) != names.end(), "state_dict",
+            "unexpected key '{}' (expected keys: {})", name, fmt::join(names, ", "));
+    for (const auto& name : names) check(dict.contains(name), "state_dict", "missing key '{}'", name);
+    for (const auto& name : names) set_parameter(name, dict.at(name));
+  }
+
+  // ---- the two variants --------------------------------------------------------------
+
+  // The projections as three separate weights and biases, whichever variant this is.
+  SeparateProjections<T> separate_projections() const { return params_.separate_projections(); }
+
+  // The same module with three separate projections (the packed weight split into rows).
+  MultiheadAttention to_separate() const { return converted(/*packed=*/false); }
+
+  // The same module with the packed in_proj_weight; an error unless kdim == vdim == E.
+  MultiheadAttention to_packed() const {
+    check(qkv_same_embed_dim(), "kdim, vdim",
+          "cannot pack: in_proj_weight needs kdim == vdim == embed_dim = {}, got kdim = {}, vdim = {}", embed_dim(),
+          kdim(), vdim());
+    return converted(/*packed=*/true);
+  }
+
+  // ---- forward -----------------------------------------------------------------------
+
+  // The in-projection on sequence-first batched inputs, as multi_head_attention_forward
+  // computes it before bias_k/bias_v: q (L, N, E), k (S, N, E), v (S, N, E).
+  QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
+                       Aliasing aliasing = Aliasing::none) const {
+    return params_.in_projection(query, key, value, aliasing);
+  }
+
+  // q, k and v exactly as forward() computes them from these inputs (steps 1 and 3).
+  QKV<T> in_projection(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value) const {
+    const detail::Geometry g = detail::geometry(query, key, value, ForwardOptions<T>{}, options_);
+    const bool batch_first = options_.batch_first && g.batched;
+    return params_.in_projection(to_seq_first_batched(query, batch_first), to_seq_first_batched(key, batch_first),
+                                 to_seq_first_batched(value, batch_first), g.aliasing);
+  }
+
+  // Which implementation forward() runs; every one gives PyTorch's results (see AttentionPath).
+  void set_attention_path(AttentionPath path) { attention_path_ = path; }
+  AttentionPath attention_path() const { return attention_path_; }
+
+  // The path forward() takes for these sizes (S counts bias_k and the zero key).
+  AttentionPath resolved_attention_path(bool need_weights, std::size_t L, std::size_t S) const {
+    return resolve_attention_path(attention_path_, need_weights, L, S);
+  }
+
+  // MultiheadAttention.forward(query, key, value, ...). Pass the same object as query,
+  // key and value for self-attention (Python's `query is key is value`).
+  Output<T> forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                    const ForwardOptions<T>& opts = {}) {
+    return run_forward(query, key, value, opts, /*saved=*/nullptr);
+  }
+
+  // ---- backward ----------------------------------------------------------------------
+
+  // forward(), and what backward() needs from it: the output, and a record of the inputs
+  // and intermediates that the gradients are taken at (what PyTorch's autograd saves).
+  // With AttentionPath::reference set it runs the reference forward, whose every
+  // intermediate is a tensor; on every other path the engine's GEMMs (:training_forward),
+  // keeping the same intermediates. Either keeps the (N*H, L, S') softmax, as PyTorch's
+  // autograd does. In training with dropout, the record holds the dropout mask drawn (or
+  // opts.dropout_mask, replayed), drawn in the same order on both.
+  std::pair<Output<T>, ForwardRecord<T>> forward_for_backward(const xt::xarray<T>& query, const xt::xarray<T>& key,
+                                                              const xt::xarray<T>& value,
+                                                              const ForwardOptions<T>& opts = {}) {
+    ForwardRecord<T> record;
+    Output<T> out = run_forward(query, key, value, opts, &record.saved_);
+    record.weights_version_ = params_.version;
+    return {std::move(out), std::move(record)};
+  }
+
+  // The gradients of loss = sum(attn_output * grad_attn_output)
+  //                         [+ sum(attn_output_weights * grad_attn_output_weights)]
+  // with respect to the inputs of the forward recorded and to every parameter, as PyTorch's
+  // autograd computes them. Each gradient has the shape of what it belongs to, inputs in
+  // the caller's layout; an input given as one object for several arguments gets one
+  // gradient, the sum over its uses (PyTorch's x.grad). The record must come from this
+  // module with its parameters unchanged since. AttentionPath::reference runs
+  // :reference_backward, every other path the GEMMs of :engine_backward.
+  Gradients<T> backward(const ForwardRecord<T>& record, const xt::xarray<T>& grad_attn_output,
+                        const std::optional<xt::xarray<T>>& grad_attn_output_weights = {}) const {
+    const auto& s = record.saved_;
+    check(record.weights_version_ == params_.version, "record",
+          "expected a record of a forward of this module with its current parameters (weights version {}), got one "
+          "of weights version {}: another module's, or made before the parameters changed",
+          params_.version, record.weights_version_);
+    check(std::equal(s.output_shape.begin(), s.output_shape.end(), grad_attn_output.shape().begin(),
+                     grad_attn_output.shape().end()),
+          "grad_attn_output", "expected shape {} (attn_output's), got {}", shape_string(s.output_shape),
+          shape_string(grad_attn_output.shape()));
+    if (grad_attn_output_weights) {
+      check(s.need_weights, "grad_attn_output_weights",
+            "expected none: the forward ran with need_weights=false and returned no weights, got shape {}",
+            shape_string(grad_attn_output_weights->shape()));
+      check(std::equal(s.weights_shape.begin(), s.weights_shape.end(), grad_attn_output_weights->shape().begin(),
+                       grad_attn_output_weights->shape().end()),
+            "grad_attn_output_weights", "expected shape {} (attn_output_weights'), got {}",
+            shape_string(s.weights_shape), shape_string(grad_attn_output_weights->shape()));
+    }
+    if (attention_path_ == AttentionPath::reference)
+      return detail::reference_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights);
+    return detail::fast_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights);
+  }
+
+private:
+  friend class KVCache<T>;
+
+  // forward() and forward_for_backward(): steps 1 and 2 here, 3 to 10 by the path chosen
+  // (detail::attention_steps, which the functional form runs too). With `saved`, what
+  // backward() needs is kept there (by the engine unless the path is the reference).
+  Output<T> run_forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                        const ForwardOptions<T>& opts, detail::SavedForward<T>* saved) {
+    // Training-mode dropout draws from the module's one generator: calls that draw take
+    // turns, each drawing as one call alone would. Without dropout, calls share nothing.
+    const double dropout_p = training_ ? options_.dropout : 0.0;
+    std::unique_lock<std::mutex> drawing;
+    if (dropout_p > 0 && !opts.dropout_mask) drawing = std::unique_lock<std::mutex>(dropout_mutex_.mutex);
+
+    // 1) the shapes: batched or not, the sequence-first sizes, which inputs are the same object
+    const detail::Geometry g = detail::geometry(query, key, value, opts, options_);
+    const std::size_t S_total = g.S + options_.add_bias_kv + options_.add_zero_attn;  // S'
+    check_dropout_mask(opts.dropout_mask, dropout_p, g.N * num_heads(), g.L, S_total);
+
+    // 2) the masks as float masks: bool True -> -inf (_canonical_mask), shapes checked
+    PreparedMasks<T> masks = prepare_masks(opts.attn_mask, opts.key_padding_mask, opts.is_causal, opts.need_weights,
+                                           g.batched, g.L, g.N, g.S, num_heads());
+
+    // 3)-10) the attention itself, by the path chosen
+    return detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
+                                   detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_, saved);
+  }
+
+  // A decoding step of KVCache::step: `x` (L_new, N, E), its k and v appended to `cache`,
+  // then its attention over the whole cache with the cache as static_k and static_v,
+  // causal among the new positions. Only the query is projected again, by the engine.
+  Output<T> attend_to_cache(const xt::xarray<T>& x, KVCache<T>& cache, bool need_weights) {
+    check(!options_.add_bias_kv && !options_.add_zero_attn, "options",
+          "a KV cache needs add_bias_kv=False and add_zero_attn=False (PyTorch adds no bias to static keys), got "
+          "add_bias_kv={} and add_zero_attn={}",
+          options_.add_bias_kv, options_.add_zero_attn);
+    const double dropout_p = training_ ? options_.dropout : 0.0;
+    std::unique_lock<std::mutex> drawing;
+    if (dropout_p > 0) drawing = std::unique_lock<std::mutex>(dropout_mutex_.mutex);
+    ForwardOptions<T> opts;
+    opts.need_weights = need_weights;
+
+    // 1) the shapes, and the new positions' k and v into the cache: (N*H, t0 + L_new, D)
+    const detail::Geometry g = detail::geometry(x, x, x, opts, options_);
+    const bool batch_first = options_.batch_first && g.batched;
+    const auto x3 = to_seq_first_batched(x, batch_first);                         // (L_new, N, E)
+    const auto k = key_value_projection(x3, 1), v = key_value_projection(x3, 2);  // (L_new, N, E) each
+    const std::size_t t0 = cache.length();
+    cache.append(split_heads(k, num_heads()), split_heads(v, num_heads()));  // (N*H, L_new, D) each
+
+    // 2) new position i (at t0 + i) sees the cache up to itself: key j is masked when j > t0 + i
+    PreparedMasks<T> masks;
+    if (g.L > 1) {
+      const xt::xarray<T> causal = canonical_mask<T>(xt::xarray<bool>(causal_mask_after(t0, g.L)));  // (L_new, t)
+      masks.attn_mask = xt::xtensor<T, 3>(xt::view(causal, xt::newaxis(), xt::all(), xt::all()));    // (1, L_new, t)
+    }
+
+    // 3)-10) the steps, with the cache as static_k and static_v
+    return detail::attention_steps(engine_, options_, params_, x, x, x, g, std::move(masks), opts, cache.statics(),
+                                   attention_path_, dropout_p, dropout_generator_);
+  }
+
+  // k (block 1) or v (block 2) of x3 (L_new, N, E): x3 W^T + b with the rows of W and b
+  // that in_proj_weight and in_proj_bias give that block, or k/v_proj_weight. q is not
+  // computed: the step's attention projects it.
+  xt::xtensor<T, 3> key_value_projection(const xt::xtensor<T, 3>& x3, std::size_t block) const {
+    const std::size_t E = embed_dim();
+    const T* w = params_.packed ? params_.in_proj_weight.data() + block * E * E
+                                : (block == 1 ? params_.separate.w_k : params_.separate.w_v).data();
+    const T* b = params_.in_proj_bias ? params_.in_proj_bias->data() + block * E : nullptr;
+    xt::xtensor<T, 3> y({x3.shape(0), x3.shape(1), E});
+    detail::linear_into(x3.data(), x3.shape(0) * x3.shape(1), E, detail::LinearWeight<T>{w, E, false}, E, b, y.data());
+    return y;
+  }
+
+  // A dropout mask replays a dropout: only where one is drawn (training, dropout > 0),
+  // of the weights' shape (N*H, L, S').
+  void check_dropout_mask(const std::optional<xt::xtensor<bool, 3>>& mask, double dropout_p, std::size_t B,
+                          std::size_t L, std::size_t S_total) const {
+    if (!mask) return;
+    check(dropout_p > 0, "dropout_mask",
+          "expected none: this forward applies no dropout (training={}, dropout={}), so there is nothing to replay; "
+          "got a mask of shape {}",
+          training_, options_.dropout, shape_string(mask->shape()));
+    check(mask->shape(0) == B && mask->shape(1) == L && mask->shape(2) == S_total, "dropout_mask",
+          "expected shape {} (N*H, L, S'), got {}", shape_string({B, L, S_total}), shape_string(mask->shape()));
+  }
+
+  // A copy, checked: the constructors keep it as options_.
+  static Options validated(const Options& options) {
+    detail::validate(options);
+    return options;
+  }
+
+  MultiheadAttention converted(bool packed) const {
+    MultiheadAttention m(*this);
+    m.options_.separate_projections = !packed;
+    m.params_ = params_.repacked(packed);
+    return m;
+  }
+
+  Options options_;
+  Parameters<T> params_;
+  bool training_ = true;
+  AttentionPath attention_path_ = AttentionPath::automatic;
+  Generator dropout_generator_;
+  detail::OwnMutex dropout_mutex_;  // one forward() at a time draws from dropout_generator_
+  detail::Engine<T> engine_;        // the fast paths' state: W^T per version of the weights
+};
+
+}  // namespace mha
+
+// The module is compiled once, in the library, for float and double (instantiations.cpp):
+// code that imports mha calls those instead of compiling the whole forward again.
+namespace mha {
+extern template class MultiheadAttention<float>;
+extern template class MultiheadAttention<double>;
+}  // namespace mha

@@ -1,0 +1,301 @@
+// mha:engine (internal) — the fast and memory-efficient forward: the same steps as
+// :reference_forward, on raw buffers.
+//
+// The inputs are read where they are (sequence-first, batch_first or unbatched: every
+// layout is a contiguous (rows, E) matrix, :inputs), q, k and v stay in their projection
+// buffers and a head is a strided view into them, the heads land in the caller's layout
+// and out_proj writes straight into the returned tensor. The attention itself is
+// :fast_attention (GEMMs, fused softmax) or :flash_attention (tiles, online softmax).
+// The engine owns what this costs: buffers kept per thread (:workspace), and W^T per
+// version of the weights. Every PyTorch step it shares with the reference is called, not
+// re-derived: the masks (:masks), bias_k/bias_v (:extra_keys), the scale (:attention),
+// the output weights (:inputs).
+//
+// Exports nothing: MultiheadAttention holds an Engine, so code outside the module that
+// moves or copies a MultiheadAttention needs Engine's definition to be reachable, which is
+// why its layer (mha:engine) is re-exported. Its names stay in mha::detail, invisible to
+// `import mha;`.
+//
+// Legend: L = target length, S = source length, S' = S with bias_k and the zero key,
+// N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H.
+//
+// Included by modules/engine/engine.hpp, in its module purview: no module line of its own.
+// Uses :random, :threads, :workspace, :options, :parameters, :in_projection, :inputs, :masks, :extra_keys, :attention, :linear, :attention_problem, :fast_attention, :flash_attention.
+
+namespace mha::detail {
+
+// The projection weights transposed, W^T (in, out): y = x W^T + b is then the plain GEMM
+// x . (W^T), which OpenBLAS runs without repacking W on every call (about 30% faster at
+// E = 64, 7% at E = 1024). They cost as much memory again as the weights.
+template <class T>
+struct TransposedWeights {
+  std::uint64_t version = 0;   // the Parameters::version they were made from
+  xt::xtensor<T, 2> in_proj;   // (E, 3E): columns [0, E) W_q^T, [E, 2E) W_k^T, [2E, 3E) W_v^T
+  xt::xtensor<T, 2> q, k, v;   // separate: W_q^T (E, E), W_k^T (Ek, E), W_v^T (Ev, E)
+  xt::xtensor<T, 2> out_proj;  // (E, E)
+
+  explicit TransposedWeights(const Parameters<T>& p) : version(p.version) {
+    auto t = [](const xt::xtensor<T, 2>& w) { return xt::xtensor<T, 2>(xt::transpose(w)); };
+    if (p.packed) in_proj = t(p.in_proj_weight);
+    else q = t(p.separate.w_q), k = t(p.separate.w_k), v = t(p.separate.w_v);
+    out_proj = t(p.out_proj_weight);
+  }
+};
+
+// q, k and v after the in-projection, as strided views into the buffers that hold them.
+template <class T>
+struct Projection {
+  StridedHeads<T> q;  // (L, N, E): ours, scaled in place
+  StridedHeads<const T> k, v;
+};
+
+// What one fast forward works with: its sizes, its thread's buffers and its threads.
+template <class T>
+struct FastCall {
+  const Geometry& g;
+  std::size_t E, H, D;
+  Workspace<T>& ws;
+  int threads;
+};
+
+// y (len*N, width) = x W^T + b for `width` columns of W^T and of the bias from column
+// `first`, into a buffer with the rows of x: (len, N, width) or (N, len, width).
+template <class T>
+StridedHeads<T> project_into(const FastCall<T>& c, const xt::xarray<T>& x, const SeqFirstLayout& layout,
+                             LinearWeight<T> w, const T* bias, std::size_t first, std::size_t width) {
+  const std::size_t rows = layout.len * layout.N;
+  T* y = c.ws.get(rows * width);
+  parallel_linear_into(x.data(), rows, layout.width, w, width, bias ? bias + first : nullptr, y, c.threads);
+  return {y, layout.row_stride(width), layout.batch_stride(width), 0};
+}
+
+// static_k or static_v as the kernels read it: head b of (B, S, D) at b * head_stride.
+template <class T>
+StridedHeads<const T> static_heads(const StaticHeads<T>& x, std::size_t H) {
+  return {x.data, /*row_stride=*/x.D, /*batch_stride=*/H * x.head_stride, /*head_stride=*/x.head_stride};
+}
+
+// Step 3 when static_k or static_v replaces k or v: only what is not replaced is
+// projected, each on its own GEMM. (PyTorch 1.13 projects all three and drops the result.)
+template <class T>
+Projection<T> project_around_statics(const FastCall<T>& c, const Parameters<T>& params, const TransposedWeights<T>& wt,
+                                     const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                                     const StaticKV<T>& statics) {
+  const std::size_t E = c.E;
+  const Geometry& g = c.g;
+  const T* b = params.in_proj_bias ? params.in_proj_bias->data() : nullptr;  // (3E): [b_q; b_k; b_v]
+  // W^T of block 0 (q), 1 (k) or 2 (v): a column block of (E, 3E), or a weight of its own
+  auto w = [&](std::size_t block) {
+    if (params.packed) return LinearWeight<T>{wt.in_proj.data() + block * E, 3 * E, true};
+    const xt::xtensor<T, 2>& t = block == 0 ? wt.q : block == 1 ? wt.k : wt.v;
+    return LinearWeight<T>{t.data(), E, true};
+  };
+  Projection<T> p;
+  p.q = project_into(c, query, g.query, w(0), b, 0, E);  // (L, N, E)
+  p.k = statics.k ? static_heads(statics.k, c.H) : StridedHeads<const T>(project_into(c, key, g.key, w(1), b, E, E));
+  p.v = statics.v ? static_heads(statics.v, c.H)
+                  : StridedHeads<const T>(project_into(c, value, g.value, w(2), b, 2 * E, E));
+  return p;
+}
+
+// Step 3 on the inputs as they are, with the fewest GEMMs: self-attention with the packed
+// weight is one (L*N, E) x (E, 3E) GEMM, key is value two, else three, as PyTorch's
+// _in_projection_packed. q (L, N, E), k and v (S, N, E), as views.
+template <class T>
+Projection<T> project(const FastCall<T>& c, const Parameters<T>& params, const TransposedWeights<T>& wt,
+                      const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                      const StaticKV<T>& statics) {
+  const std::size_t E = c.E;
+  const Geometry& g = c.g;
+  const T* b = params.in_proj_bias ? params.in_proj_bias->data() : nullptr;  // (3E): [b_q; b_k; b_v]
+  if (statics.any()) return project_around_statics(c, params, wt, query, key, value, statics);
+  if (!params.packed)
+    return {project_into(c, query, g.query, {wt.q.data(), E, true}, b, 0, E),
+            project_into(c, key, g.key, {wt.k.data(), E, true}, b, E, E),
+            project_into(c, value, g.value, {wt.v.data(), E, true}, b, 2 * E, E)};
+  auto w = [&](std::size_t first) { return LinearWeight<T>{wt.in_proj.data() + first, 3 * E, true}; };  // (E, 3E)
+  if (g.aliasing == Aliasing::self_attention) {
+    const auto qkv = project_into(c, query, g.query, w(0), b, 0, 3 * E);  // (L, N, 3E)
+    return {qkv, qkv.shifted(E), qkv.shifted(2 * E)};
+  }
+  const auto q = project_into(c, query, g.query, w(0), b, 0, E);  // (L, N, E)
+  if (g.aliasing == Aliasing::key_is_value) {
+    const auto kv = project_into(c, key, g.key, w(E), b, E, 2 * E);  // (S, N, 2E)
+    return {q, kv, kv.shifted(E)};
+  }
+  return {q, project_into(c, key, g.key, w(E), b, E, E), project_into(c, value, g.value, w(2 * E), b, 2 * E, E)};
+}
+
+// q *= sqrt(1/D) in place (attention_scale), over the E columns of every position and
+// batch entry: PyTorch scales q before q . k^T.
+template <class T>
+void scale_query(const FastCall<T>& c, const StridedHeads<T>& q) {
+  const T scale = attention_scale<T>(c.D);
+  for (std::size_t i = 0; i < c.g.L; ++i)
+    for (std::size_t n = 0; n < c.g.N; ++n) {
+      T* row = q.head(n, 0, 0) + i * q.row_stride;
+      for (std::size_t e = 0; e < c.E; ++e) row[e] *= scale;
+    }
+}
+
+// Step 6 on static_k or static_v: (B, S, D) copied into (B, S + 1, D), the last position
+// of every head zero (add_zero_attn). bias_k and bias_v never meet a static one.
+template <class T>
+StridedHeads<const T> zero_key_after(const FastCall<T>& c, const StaticHeads<T>& x) {
+  const std::size_t S = x.S + 1, D = x.D;
+  T* y = c.ws.get(x.B * S * D);  // (B, S + 1, D)
+  for (std::size_t b = 0; b < x.B; ++b) {
+    std::copy_n(x.data + b * x.head_stride, x.S * D, y + b * S * D);
+    std::fill_n(y + (b * S + x.S) * D, D, T(0));
+  }
+  return {y, D, c.H * S * D, S * D};
+}
+
+// Steps 4 and 6 at once: k and v copied into (S', N, E) with bias_k/bias_v and the zero
+// key appended (:extra_keys), and the masks padded by one column for each.
+template <class T>
+void extend_keys(const FastCall<T>& c, const Options& options, const Parameters<T>& params, const StaticKV<T>& statics,
+                 Projection<T>& p, PreparedMasks<T>& masks) {
+  const std::size_t S = c.g.S, N = c.g.N, E = c.E;
+  const std::size_t extra = std::size_t{options.add_bias_kv} + std::size_t{options.add_zero_attn};
+  auto extend = [&](const StridedHeads<const T>& x, const std::optional<xt::xtensor<T, 3>>& bias) {
+    T* y = c.ws.get((S + extra) * N * E);  // (S', N, E)
+    extend_keys_into(x.data, x.row_stride, x.batch_stride, S, N, E, bias ? bias->data() : nullptr,
+                     std::size_t{options.add_zero_attn}, y);
+    return StridedHeads<const T>{y, N * E, E, 0};
+  };
+  p.k = statics.k ? zero_key_after(c, statics.k) : extend(p.k, params.bias_k);
+  p.v = statics.v ? zero_key_after(c, statics.v) : extend(p.v, params.bias_v);
+  for (std::size_t i = 0; i < extra; ++i) masks.pad_for_extra_key();
+}
+
+// Step 7 for the kernels: the masks stay separate, added on the fly (AdditiveMasks).
+template <class T>
+AdditiveMasks<T> additive_masks(const PreparedMasks<T>& masks, std::size_t L, std::size_t S) {
+  AdditiveMasks<T> m;
+  if (masks.attn_mask) m.attn_mask = masks.attn_mask->data(), m.attn_mask_per_head = masks.attn_mask->shape(0) > 1;
+  if (masks.key_padding_mask) m.key_padding_mask = masks.key_padding_mask->data();
+  m.L = L, m.S = S;
+  return m;
+}
+
+// Step 8: the attention of every batch-head into `pb.out`, and the weights if asked for.
+template <class T>
+std::optional<xt::xarray<T>> attend(const FastCall<T>& c, const AttentionProblem<T>& pb, AttentionPath path,
+                                    const ForwardOptions<T>& opts) {
+  if (path == AttentionPath::memory_efficient) {
+    flash_attention(pb);
+    return std::nullopt;
+  }
+  if (!opts.need_weights) {
+    fast_attention(pb, static_cast<T*>(nullptr));
+    return std::nullopt;
+  }
+  if (opts.average_attn_weights && pb.dropout_p == 0) {
+    // the mean over heads formed as the heads go, (N, L, S'), never the (N*H, L, S') weights
+    auto mean = xt::xarray<T>::from_shape(weights_shape(pb.N, pb.H, pb.L, pb.S, /*average=*/true, c.g.batched));
+    fast_attention_averaged(pb, mean.data());
+    return mean;
+  }
+  if (opts.average_attn_weights) {                     // with dropout: head by head, drawing in the reference's order
+    T* weights = c.ws.get(pb.N * pb.H * pb.L * pb.S);  // (N*H, L, S')
+    fast_attention(pb, weights);
+    return output_weights(weights, pb.N, pb.H, pb.L, pb.S, /*average=*/true, c.g.batched);
+  }
+  // (N, H, L, S') is the (N*H, L, S') weights in order: the kernels write them in place
+  auto weights = xt::xarray<T>::from_shape(weights_shape(pb.N, pb.H, pb.L, pb.S, /*average=*/false, c.g.batched));
+  fast_attention(pb, weights.data());
+  return weights;
+}
+
+// The fast and memory-efficient paths, owning what they keep between calls: W^T, made
+// once per version of the weights and shared by every thread's forward() (a forward()
+// holds its own reference, so it never reads W^T that another thread freed).
+template <class T>
+class Engine {
+public:
+  Engine() = default;
+  Engine(const Engine& other) : transposed_(other.shared_transposed()) {}  // equal versions, equal weights
+  Engine& operator=(const Engine& other) {
+    if (this != &other) {
+      auto t = other.shared_transposed();
+      const std::lock_guard<std::mutex> lock(mutex_);
+      transposed_ = std::move(t);
+    }
+    return *this;
+  }
+  ~Engine() = default;
+
+  // Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2).
+  Output<T> forward(const Options& options, const Parameters<T>& params, const xt::xarray<T>& query,
+                    const xt::xarray<T>& key, const xt::xarray<T>& value, const Geometry& g, PreparedMasks<T> masks,
+                    const ForwardOptions<T>& opts, const StaticKV<T>& statics, AttentionPath path, double dropout_p,
+                    Generator& generator) {
+    const Sizes s(options);
+    const std::size_t L = g.L, N = g.N, E = s.E;
+    const std::size_t S = statics.k ? statics.k.S : g.S;  // the keys' length: static_k's when given
+    // The library's threads split the GEMMs' rows (:threads); below ~20 MFLOP a forward
+    // is over before a second thread would start.
+    const double flops = 8.0 * double(L * N) * double(E * E) + 4.0 * double(N * L * S) * double(E);
+    Workspace<T>& ws = Workspace<T>::of_this_thread();
+    const FastCall<T> c{g, E, s.H, s.D, ws, threads_for(flops, /*threshold=*/2e7, engine_threads())};
+    const auto wt = transposed(params);  // W^T of this version of the weights
+
+    // 3) in-projection, q scaled by sqrt(1/D) in its buffer
+    Projection<T> p = project(c, params, *wt, query, key, value, statics);  // q (L, N, E), k and v (S, N, E)
+    scale_query(c, p.q);
+    // 4), 6) bias_k/bias_v and the zero key: k and v copied once into (S', N, E), masks padded
+    if (options.add_bias_kv || options.add_zero_attn) extend_keys(c, options, params, statics, p, masks);
+    const std::size_t S_total = S + options.add_bias_kv + options.add_zero_attn;  // S'
+    // 7) the masks stay separate; the kernels add attn_mask(b, i, j) + key_padding_mask(n, j)
+    if (masks.causal_hint) masks.attn_mask = causal_attn_mask<T>(L, S_total);  // (1, L, S')
+
+    // 8) attention per head, into the heads' columns of one buffer in the query's layout
+    T* heads = ws.get(L * N * E);  // (L, N, E), or (N, L, E) batch_first
+    AttentionProblem<T> pb{{p.q.data, p.q.row_stride, p.q.batch_stride, 0},
+                           p.k,
+                           p.v,
+                           additive_masks(masks, L, S_total),
+                           N,
+                           s.H,
+                           L,
+                           S_total,
+                           s.D,
+                           {heads, g.query.row_stride(E), g.query.batch_stride(E), 0},
+                           dropout_p,
+                           &generator,
+                           &ws.scratch,
+                           c.threads};
+    Output<T> out;
+    out.attn_output_weights = attend(c, pb, path, opts);
+
+    // 9) out_proj: one GEMM, (L*N, E) x (E, E) -> (L*N, E), into the returned tensor, whose
+    //    layout is the query's: (L, N, E), (N, L, E) batch_first or (L, E) unbatched
+    out.attn_output = xt::xarray<T>::from_shape(query.shape());
+    const T* bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
+    parallel_linear_into(heads, L * N, E, LinearWeight<T>{wt->out_proj.data(), E, true}, E, bias,
+                         out.attn_output.data(), c.threads);
+    ws.keep_within_limit();  // nothing points into the buffers any more
+    return out;
+  }
+
+  // W^T for `params`, made now if the weights changed since it was last made
+  // (:training_forward uses it too).
+  std::shared_ptr<const TransposedWeights<T>> transposed(const Parameters<T>& params) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (!transposed_ || transposed_->version != params.version)
+      transposed_ = std::make_shared<const TransposedWeights<T>>(params);
+    return transposed_;
+  }
+
+private:
+  std::shared_ptr<const TransposedWeights<T>> shared_transposed() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return transposed_;
+  }
+
+  mutable std::mutex mutex_;
+  std::shared_ptr<const TransposedWeights<T>> transposed_;
+};
+
+}  // namespace mha::detail

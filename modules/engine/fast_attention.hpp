@@ -1,0 +1,196 @@
+// mha:fast_attention — the attention of every batch-head as two GEMMs and one softmax pass.
+//
+// The same mathematics as :attention (scaled_dot_product_attention), arranged for speed:
+//   - q, k and v stay where the in-projection put them, in (L, N, E) or (L, N, 3E)
+//     buffers; a head is a strided view into them (leading dimension N*E or N*3E), so
+//     nothing is copied per head;
+//   - scores = q_h . k_h^T and output = P . v_h are GEMMs on those views (OpenBLAS);
+//   - the mask add, the row maximum, exp and the normalisation are one pass per row,
+//     the mask read from attn_mask and key_padding_mask as given, never merged into a
+//     (N*H, L, S) tensor; when the weights are not returned, the division by the row's
+//     sum is left to the D entries of each row of P . v instead of the S entries of P;
+//   - batch-heads run on the library's threads (:threads); for weights averaged over
+//     heads, blocks of query rows do, each through every head, adding to the mean as it
+//     goes, so that the (N*H, L, S) weights are never formed.
+// The problem's types are in :attention_problem, the row kernels in :softmax_kernels.
+// It mirrors the math branch of torch/nn/functional.py (multi_head_attention_forward)
+// and is not a new algorithm; :flash_attention is the one that never forms P.
+// Internal: forward() picks it through AttentionPath::fast.
+//
+// Legend: L = target length, S = source length (with bias_k and the zero key, if any),
+// N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, b = n*H + h.
+//
+// Included by modules/engine/engine.hpp, in its module purview: no module line of its own.
+// Uses :random, :threads, :linear, :attention_problem, :softmax_kernels.
+
+namespace mha::detail {
+
+// Mask + softmax of `rows` rows of one batch-head's scores, starting at query row `first`:
+// the kernel that run_for_this_cpu compiles once per SIMD level.
+struct SoftmaxRows {
+  template <class T>
+  [[gnu::always_inline]] static void run(T* scores, std::size_t first, std::size_t rows, std::size_t S,
+                                         const AdditiveMasks<T>& masks, std::size_t b, std::size_t n) {
+    const T* padding = masks.padding_row(n);
+    for (std::size_t i = 0; i < rows; ++i) masked_softmax_row(scores + i * S, S, masks.attn_row(b, first + i), padding);
+  }
+};
+
+// The same, each row of weights also added to the same row of `total`, (rows, S).
+struct SoftmaxRowsAddedTo {
+  template <class T>
+  [[gnu::always_inline]] static void run(T* scores, std::size_t first, std::size_t rows, std::size_t S,
+                                         const AdditiveMasks<T>& masks, std::size_t b, std::size_t n, T* total) {
+    const T* padding = masks.padding_row(n);
+    for (std::size_t i = 0; i < rows; ++i)
+      masked_softmax_row_added_to(scores + i * S, S, masks.attn_row(b, first + i), padding, total + i * S);
+  }
+};
+
+// The same without the division: each row exponentiated, its sum in sums[i].
+struct ExpRows {
+  template <class T>
+  [[gnu::always_inline]] static void run(T* scores, std::size_t first, std::size_t rows, std::size_t S,
+                                         const AdditiveMasks<T>& masks, std::size_t b, std::size_t n, T* sums) {
+    const T* padding = masks.padding_row(n);
+    for (std::size_t i = 0; i < rows; ++i)
+      sums[i] = masked_exp_row(scores + i * S, S, masks.attn_row(b, first + i), padding);
+  }
+};
+
+// How many query rows a head works on at a time: their (rows, S) scores take at most
+// 4 MiB, so the scratch stays bounded however long the sequences. A block smaller than the
+// head costs OpenBLAS a new packing of k and v for each block; at L = S = 1024 in float a
+// head still fits whole, and splitting it to fit a 1 MiB L2 cache measured slower here.
+template <class T>
+std::size_t rows_per_block(std::size_t L, std::size_t S) {
+  const std::size_t fit = (std::size_t{4} * 1024 * 1024 / sizeof(T)) / std::max<std::size_t>(S, 1);
+  return std::clamp<std::size_t>(fit, 16, std::max<std::size_t>(L, 1));
+}
+
+// scores = q_h . k_h^T for query rows [first, first + rows) of batch entry n, head h:
+// (rows, D) x (D, S) -> (rows, S), straight from the strided views.
+template <class T>
+void block_scores(const AttentionProblem<T>& pb, std::size_t n, std::size_t h, std::size_t first, std::size_t rows,
+                  T* scores) {
+  const T* q = pb.q.head(n, h, pb.D) + first * pb.q.row_stride;
+  gemm<T>(/*trans_a=*/false, /*trans_b=*/true, rows, pb.S, pb.D, T(1), q, pb.q.row_stride, pb.k.head(n, h, pb.D),
+          pb.k.row_stride, /*beta=*/T(0), scores, pb.S);
+}
+
+// output_h = P . v_h for the same rows: (rows, S) x (S, D) -> (rows, D), into columns
+// [h*D, (h+1)*D) of the output, (L, N, E) or (N, L, E). Returns the block's first output row.
+template <class T>
+T* block_weighted_values(const AttentionProblem<T>& pb, std::size_t n, std::size_t h, std::size_t first,
+                         std::size_t rows, const T* p) {
+  T* out = pb.out.head(n, h, pb.D) + first * pb.out.row_stride;
+  gemm<T>(/*trans_a=*/false, /*trans_b=*/false, rows, pb.D, pb.S, T(1), p, pb.S, pb.v.head(n, h, pb.D), pb.v.row_stride,
+          /*beta=*/T(0), out, pb.out.row_stride);
+  return out;
+}
+
+// One block of query rows of batch-head b with its weights: scores, mask + softmax,
+// dropout, P . v. The weights are left in `scores` (rows, S) and, without dropout, also
+// added to `total` (rows, S) if one is given.
+template <class T>
+void attend_block(const AttentionProblem<T>& pb, std::size_t b, std::size_t first, std::size_t rows, T* scores,
+                  T* total = nullptr) {
+  const std::size_t n = b / pb.H, h = b % pb.H;
+  // 1) scores = q_h . k_h^T
+  block_scores(pb, n, h, first, rows, scores);
+  // 2) mask + softmax per row, 3) dropout (training only), row by row as the reference draws
+  if (total) run_for_this_cpu<SoftmaxRowsAddedTo>(scores, first, rows, pb.S, pb.masks, b, n, total);
+  else run_for_this_cpu<SoftmaxRows>(scores, first, rows, pb.S, pb.masks, b, n);
+  if (pb.dropout_p > 0)
+    for (std::size_t i = 0; i < rows; ++i) dropout_row(scores + i * pb.S, pb.S, pb.dropout_p, *pb.generator);
+  // 4) output_h = P . v_h
+  block_weighted_values(pb, n, h, first, rows, scores);
+}
+
+// One block without its weights (need_weights=false, no dropout): softmax(x) v =
+// (exp(x - max) v) / sum, so each row of P . v is divided by its sum, D divisions
+// instead of S. sums: `rows` values of scratch.
+template <class T>
+void attend_block_unnormalised(const AttentionProblem<T>& pb, std::size_t b, std::size_t first, std::size_t rows,
+                               T* scores, T* sums) {
+  const std::size_t n = b / pb.H, h = b % pb.H;
+  // 1) scores = q_h . k_h^T
+  block_scores(pb, n, h, first, rows, scores);
+  // 2) mask + exp per row, the row sums aside
+  run_for_this_cpu<ExpRows>(scores, first, rows, pb.S, pb.masks, b, n, sums);
+  // 3) output_h = exp(...) . v_h, 4) each row divided by its sum
+  T* out = block_weighted_values(pb, n, h, first, rows, scores);
+  if (pb.S == 0) return;  // no keys: P . v is an empty sum, 0, with no sum to divide by
+  for (std::size_t i = 0; i < rows; ++i) {
+    const T inverse = T(1) / sums[i];
+    for (std::size_t d = 0; d < pb.D; ++d) out[i * pb.out.row_stride + d] *= inverse;
+  }
+}
+
+// One batch-head, a block of query rows at a time. The weights go to `weights`, this
+// head's (L, S) slice of the returned weights; when they are not kept, each block's
+// scores go to `scratch`, (rows_per_block, S) and rows_per_block more for the row sums.
+template <class T>
+void attend_head(const AttentionProblem<T>& pb, std::size_t b, T* weights, T* scratch) {
+  const std::size_t L = pb.L, S = pb.S, block = rows_per_block<T>(L, S);
+  for (std::size_t first = 0; first < L; first += block) {
+    const std::size_t rows = std::min(block, L - first);
+    if (weights) attend_block(pb, b, first, rows, weights + first * S);
+    else if (pb.dropout_p > 0) attend_block(pb, b, first, rows, scratch);
+    else attend_block_unnormalised(pb, b, first, rows, scratch, scratch + block * S);
+  }
+}
+
+// Every batch-head, each worker taking the next one when it is free. weights: (B, L, S)
+// to keep them, or nullptr (one block of scores per worker).
+template <class T>
+void fast_attention(const AttentionProblem<T>& pb, T* weights) {
+  const std::size_t B = pb.N * pb.H, LS = pb.L * pb.S, block = rows_per_block<T>(pb.L, pb.S);
+  const int threads = attention_threads(pb);
+  std::vector<std::vector<T>> local;
+  const std::size_t workers = std::min<std::size_t>(B, static_cast<std::size_t>(threads));
+  auto& scratch = worker_scratch(pb, local, workers, weights ? 0 : block * pb.S + block);
+  parallel_for(B, threads, [&](std::size_t b, std::size_t worker) {
+    attend_head(pb, b, weights ? weights + b * LS : nullptr, scratch[worker].data());
+  });
+}
+
+// How many blocks of query rows each sequence is cut into, so that `threads` workers get
+// equal shares of the N sequences: whole sequences when they share out evenly or are
+// many, else halves, thirds, ... Each block beyond the first costs OpenBLAS another
+// packing of every head's k_h and v_h.
+inline std::size_t sequence_blocks(std::size_t N, std::size_t L, int threads) {
+  const std::size_t workers = static_cast<std::size_t>(std::max(1, threads));
+  std::size_t blocks = 1;
+  while ((N * blocks) % workers != 0 && N * blocks < 4 * workers && blocks < L) ++blocks;
+  return blocks;
+}
+
+// need_weights with average_attn_weights, and no dropout (whose draws go head by head):
+// the weights' mean over heads, (N, L, S), written straight into `mean`, the (N*H, L, S)
+// weights of every head never formed. The work is cut by query rows instead of by heads:
+// a worker takes a block of rows of one sequence through every head in turn, the softmax
+// adding each head's weights to those rows of the mean, then divides them by H. That is
+// output_weights' sum, in its head order, and its division: the same mean to the last bit.
+template <class T>
+void fast_attention_averaged(const AttentionProblem<T>& pb, T* mean) {
+  const std::size_t H = pb.H, L = pb.L, S = pb.S, block = rows_per_block<T>(L, S);
+  const int threads = attention_threads(pb);
+  const std::size_t blocks = sequence_blocks(pb.N, L, threads), units = pb.N * blocks;
+  std::vector<std::vector<T>> local;
+  auto& scratch = worker_scratch(pb, local, std::min<std::size_t>(units, static_cast<std::size_t>(threads)), block * S);
+  parallel_for(units, threads, [&](std::size_t unit, std::size_t worker) {
+    const std::size_t n = unit / blocks, part = unit % blocks;
+    const std::size_t begin = L * part / blocks, end = L * (part + 1) / blocks;
+    T* m = mean + n * L * S;  // (L, S): this sequence's mean
+    std::fill(m + begin * S, m + end * S, T(0));
+    T* scores = scratch[worker].data();  // (rows, S)
+    for (std::size_t first = begin; first < end; first += block) {
+      const std::size_t rows = std::min(block, end - first);
+      for (std::size_t h = 0; h < H; ++h) attend_block(pb, n * H + h, first, rows, scores, m + first * S);
+    }
+    for (std::size_t x = begin * S; x < end * S; ++x) m[x] /= static_cast<T>(H);
+  });
+}
+
+}  // namespace mha::detail

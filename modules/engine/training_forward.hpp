@@ -1,0 +1,148 @@
+// mha:training_forward (internal) — forward_for_backward() on the engine: the fast
+// forward, keeping what the backward needs.
+//
+// A training step is a forward that keeps its intermediates, then the backward. PyTorch's
+// autograd keeps, for multi_head_attention_forward's math branch: the inputs, q, k and v
+// split into heads, the softmax P, the dropout mask, and the heads merged again (out_proj's
+// input). The reference forward (:reference_forward) keeps the same in SavedForward, one
+// plain loop nest per step; this is the same forward arranged as :engine arranges it:
+//   - step 3 is the engine's projection: one (L*N, E) x (E, 3E) GEMM for self-attention
+//     on the packed weight, q scaled by sqrt(1/D) in its buffer (:engine);
+//   - q, k and v are copied once into (N*H, len, D) heads, as SavedForward holds them, and
+//     bias_k and the zero key land in that copy (steps 4 and 6);
+//   - per batch-head, on the library's threads: the scores as one GEMM into P's own slot,
+//     the masks added and the softmax taken in the engine's row kernels (:softmax_kernels),
+//     dropout from a mask drawn up front in the reference's order, then P . v as one GEMM
+//     straight into the head's columns of the merged (L, N, E) tensor;
+//   - out_proj is one GEMM on the merged heads.
+// Without dropout, P is kept once: the weights after dropout are P itself
+// (SavedForward::weights_after_dropout). :engine_backward then runs on what this keeps.
+//
+// Legend: L = target length, S = source length, S' = S with bias_k and the zero key,
+// N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, b = n*H + h.
+//
+// Included by modules/engine/engine.hpp, in its module purview: no module line of its own.
+// Uses :random, :threads, :workspace, :options, :parameters, :inputs, :masks, :attention, :linear, :attention_problem, :softmax_kernels, :fast_attention, :reference_forward, :engine.
+
+namespace mha::detail {
+
+// Whether the engine keeps this forward for the backward: static_k and static_v (the
+// functional form) and empty sizes, where there is no product to take, stay with the
+// reference.
+template <class T>
+bool training_forward_applies(const Geometry& g, const StaticKV<T>& statics, std::size_t S_total) {
+  return !statics.any() && g.L > 0 && g.N > 0 && S_total > 0;
+}
+
+// The heads of a strided (len, N, E) view copied out: (N*H, len_total, D), rows [0, len)
+// from x, then bias (E) as one more row if given, then zero rows up to len_total
+// (add_zero_attn). x.view(len, N*H, D).transpose(0, 1) with steps 4 and 6 applied.
+template <class T>
+xt::xtensor<T, 3> heads_of(const StridedHeads<const T>& x, std::size_t len, std::size_t len_total, std::size_t N,
+                           std::size_t H, std::size_t D, const std::optional<xt::xtensor<T, 3>>& bias) {
+  xt::xtensor<T, 3> heads = xt::zeros<T>({N * H, len_total, D});
+  for (std::size_t n = 0; n < N; ++n)
+    for (std::size_t h = 0; h < H; ++h) {
+      T* head = heads.data() + (n * H + h) * len_total * D;
+      const T* from = x.head(n, h, D);
+      for (std::size_t i = 0; i < len; ++i) std::copy_n(from + i * x.row_stride, D, head + i * D);
+      if (bias) std::copy_n(bias->data() + h * D, D, head + len * D);  // bias_k/bias_v (1, 1, E)
+    }
+  return heads;
+}
+
+// Steps 8 and 9 for batch-head b: P_b = softmax(q_b . k_b^T + mask) into the saved
+// probabilities, dropout into the saved weights when there is a mask, then P_b . v_b
+// into the head's columns of `merged` (L, N, E). q is the scaled projection buffer.
+template <class T>
+void head_forward(SavedForward<T>& s, const StridedHeads<const T>& q_scaled, const AdditiveMasks<T>& masks,
+                  std::size_t H, std::size_t D, std::size_t b) {
+  const std::size_t L = s.L, S = s.kh.shape(1), LS = L * S, n = b / H, h = b % H, NE = s.N * H * D;
+  T* p = s.probabilities.data() + b * LS;
+  // (L, D) x (D, S') -> (L, S')
+  gemm<T>(/*trans_a=*/false, /*trans_b=*/true, L, S, D, T(1), q_scaled.head(n, h, D), q_scaled.row_stride,
+          s.kh.data() + b * S * D, D, /*beta=*/T(0), p, S);
+  run_for_this_cpu<SoftmaxRows>(p, std::size_t{0}, L, S, masks, b, n);
+  const T* weights = p;
+  if (s.dropout_mask) {
+    T* dropped = s.weights.data() + b * LS;
+    std::copy_n(p, LS, dropped);
+    apply_dropout_mask(dropped, s.dropout_mask->data() + b * LS, LS, dropout_scale<T>(s.dropout_p));
+    weights = dropped;
+  }
+  // (L, S') x (S', D) -> (L, D), at column n*E + h*D of (L, N, E)
+  gemm<T>(/*trans_a=*/false, /*trans_b=*/false, L, D, S, T(1), weights, S, s.vh.data() + b * S * D, D, /*beta=*/T(0),
+          s.merged.data() + n * H * D + h * D, NE);
+}
+
+// Steps 3 to 10 of forward(), keeping in `s` what backward() needs, as reference_forward
+// keeps it. training_forward_applies() must hold.
+template <class T>
+Output<T> training_forward(Engine<T>& engine, const Options& options, const Parameters<T>& params,
+                           const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                           const Geometry& g, PreparedMasks<T> masks, const ForwardOptions<T>& opts, double dropout_p,
+                           Generator& generator, SavedForward<T>& s) {
+  const Sizes sizes(options);
+  const std::size_t L = g.L, S = g.S, N = g.N, E = sizes.E, H = sizes.H, D = sizes.D, B = N * H;
+  const std::size_t S_total = S + options.add_bias_kv + options.add_zero_attn;  // S'
+  const bool batch_first = options.batch_first && g.batched;
+  Workspace<T>& ws = Workspace<T>::of_this_thread();
+  const FastCall<T> c{g, E, H, D, ws, engine_threads()};
+  const auto wt = engine.transposed(params);  // W^T of this version of the weights
+
+  // 3) in-projection by the engine's GEMMs; the heads saved unscaled, then q scaled in place
+  Projection<T> p = project(c, params, *wt, query, key, value, StaticKV<T>{});
+  const StridedHeads<const T> q_view = p.q;
+  // 4), 5), 6) heads (N*H, len, D), bias_k/bias_v and the zero key appended, masks padded
+  const std::optional<xt::xtensor<T, 3>> none;
+  const auto& bias_k = options.add_bias_kv ? params.bias_k : none;  // (1, 1, E)
+  const auto& bias_v = options.add_bias_kv ? params.bias_v : none;
+  auto qh = heads_of(q_view, L, L, N, H, D, none);       // (N*H, L, D)
+  auto kh = heads_of(p.k, S, S_total, N, H, D, bias_k);  // (N*H, S', D)
+  auto vh = heads_of(p.v, S, S_total, N, H, D, bias_v);  // (N*H, S', D)
+  for (std::size_t i = 0; i < S_total - S; ++i) masks.pad_for_extra_key();
+  scale_query(c, p.q);
+  // 7) the masks stay separate, added in the softmax's row kernel; the causal hint made full
+  if (masks.causal_hint) masks.attn_mask = causal_attn_mask<T>(L, S_total);  // (1, L, S')
+
+  // what the backward reads, as reference_forward keeps it
+  s = SavedForward<T>{};
+  s.batched = g.batched, s.batch_first = batch_first, s.aliasing = g.aliasing;
+  s.query_is_key = &query == &key, s.key_is_value = &key == &value, s.query_is_value = &query == &value;
+  s.L = L, s.S = S, s.N = N;
+  s.need_weights = opts.need_weights, s.average_attn_weights = opts.average_attn_weights;
+  s.weights_shape = weights_shape(N, H, L, S_total, opts.average_attn_weights, g.batched);
+  s.query = to_seq_first_batched(query, batch_first);  // (L, N, E)
+  s.key = to_seq_first_batched(key, batch_first);      // (S, N, Ek)
+  s.value = to_seq_first_batched(value, batch_first);  // (S, N, Ev)
+  s.qh = std::move(qh), s.kh = std::move(kh), s.vh = std::move(vh);
+  s.probabilities = xt::xtensor<T, 3>::from_shape({B, L, S_total});
+  // dropout: the mask given, or drawn now over all of (N*H, L, S') in the reference's order
+  s.dropout_p = dropout_p;
+  s.dropout_mask = opts.dropout_mask;
+  if (dropout_p > 0 && !s.dropout_mask) s.dropout_mask = draw_dropout_mask({B, L, S_total}, dropout_p, generator);
+  if (s.dropout_mask) s.weights = xt::xtensor<T, 3>::from_shape({B, L, S_total});
+  s.merged = xt::xtensor<T, 3>::from_shape({L, N, E});
+
+  // 8) attention per head, on the library's threads, into P and the merged heads
+  const AdditiveMasks<T> additive = additive_masks(masks, L, S_total);
+  const double flops = 4.0 * static_cast<double>(L * S_total) * static_cast<double>(D) * static_cast<double>(B);
+  parallel_for(B, threads_for(flops, /*threshold=*/4e6, c.threads),
+               [&](std::size_t b, std::size_t /*worker*/) { head_forward(s, q_view, additive, H, D, b); });
+
+  // 9) out_proj: (L*N, E) x (E, E) -> (L, N, E); 10) the caller's layout and the weights
+  xt::xtensor<T, 3> attn_output = xt::xtensor<T, 3>::from_shape({L, N, E});
+  const T* bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
+  parallel_linear_into(s.merged.data(), L * N, E, LinearWeight<T>{wt->out_proj.data(), E, true}, E, bias,
+                       attn_output.data(), c.threads);
+  ws.keep_within_limit();  // nothing points into the buffers any more
+  Output<T> out;
+  out.attn_output = caller_layout(attn_output, g.batched, options.batch_first);
+  if (opts.need_weights)
+    out.attn_output_weights =
+        output_weights(s.weights_after_dropout().data(), N, H, L, S_total, opts.average_attn_weights, g.batched);
+  s.output_shape.assign(out.attn_output.shape().begin(), out.attn_output.shape().end());
+  return out;
+}
+
+}  // namespace mha::detail

@@ -1,0 +1,24 @@
+// mha:platform — the machine underneath: which kernels run, on which threads, in which buffers.
+//
+// The CPU's vector instruction sets (cpu.hpp), which OpenBLAS kernel runs (blas.hpp), oneDNN
+// or OpenBLAS for the float GEMMs (gemm_library.hpp), the library's pool of threads
+// (threads.hpp), the fast paths' buffers (workspace.hpp), and the one GEMM entry point that
+// every linear layer calls (linear.hpp, internal). Nothing here knows of attention.
+//
+// One module unit per layer, each file one idea: docs/building.md says why.
+module;
+#include "third_party.hpp"
+#if MHA_ONEDNN
+#include <dnnl.h>  // gemm_library.hpp
+#endif
+
+export module mha:platform;
+
+import mha.core;
+
+#include "platform/cpu.hpp"
+#include "platform/threads.hpp"
+#include "platform/workspace.hpp"
+#include "platform/blas.hpp"
+#include "platform/gemm_library.hpp"
+#include "platform/linear.hpp"

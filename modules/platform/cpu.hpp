@@ -1,0 +1,81 @@
+// mha:cpu — what this CPU can run: the SIMD levels the kernels and the BLAS choice ask for.
+//
+// One place answers "does this CPU run AVX2 + FMA? AVX-512?", for the softmax kernels
+// (compiled three times and picked at run time) and for picking OpenBLAS's kernel
+// (:blas). The answers come from the CPU itself (cpuid, and the operating system's
+// XSAVE state through the compiler's __builtin_cpu_supports), never from its model name,
+// so a CPU newer than any table still gets what its features allow.
+//
+// Included by modules/platform.cppm, in its module purview: no module line of its own.
+
+export namespace mha {
+
+// The vector instruction sets, in the order each includes the one before.
+enum class SimdLevel { sse2 = 0, avx = 1, avx2 = 2, avx512 = 3 };
+
+const char* to_string(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::avx512:
+      return "AVX-512";
+    case SimdLevel::avx2:
+      return "AVX2+FMA";
+    case SimdLevel::avx:
+      return "AVX";
+    case SimdLevel::sse2:
+      break;
+  }
+  return "SSE2";
+}
+
+// The best level this CPU and its operating system support. AVX-512 counts only with
+// F, DQ, BW, VL and CD: the subsets that OpenBLAS's SkylakeX kernels and our AVX-512
+// softmax use.
+// inline, as every function with a static of its own: clang 16 copies the body of a
+// non-inline module function into the code that imports it, static and all.
+inline SimdLevel cpu_simd_level() {
+#if defined(__x86_64__)
+  static const SimdLevel level = [] {
+    if (!__builtin_cpu_supports("avx")) return SimdLevel::sse2;
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return SimdLevel::avx;
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512cd");
+    return avx512 ? SimdLevel::avx512 : SimdLevel::avx2;
+  }();
+  return level;
+#else
+  return SimdLevel::sse2;
+#endif
+}
+
+}  // namespace mha
+
+namespace mha::detail {
+
+// The highest level the softmax kernels may run at; AVX-512 (no limit) unless a test
+// lowers it. inline for its static, as cpu_simd_level().
+inline std::atomic<SimdLevel>& kernel_simd_limit() {
+  static std::atomic<SimdLevel> limit{SimdLevel::avx512};
+  return limit;
+}
+
+// The level the softmax kernels run at: this CPU's best, at most the limit.
+SimdLevel kernel_simd_level() { return std::min(cpu_simd_level(), kernel_simd_limit().load()); }
+
+bool has_avx2() { return kernel_simd_level() >= SimdLevel::avx2; }
+bool has_avx512() { return kernel_simd_level() >= SimdLevel::avx512; }
+
+}  // namespace mha::detail
+
+export namespace mha::testing {
+
+// For tests: has the softmax kernels (:softmax_kernels) run at `level` at most, so that
+// one machine with AVX-512 runs the AVX2 and the SSE2 builds of every kernel too.
+// Returns the limit it replaces. Process-wide: set it while no forward runs. A level
+// above this CPU's is never used (the CPU's own is).
+SimdLevel limit_kernel_simd_level(SimdLevel level) { return detail::kernel_simd_limit().exchange(level); }
+
+// The level the softmax kernels run at now.
+SimdLevel kernel_simd_level() { return detail::kernel_simd_level(); }
+
+}  // namespace mha::testing

@@ -1,0 +1,110 @@
+// mha:linear (internal) — the one BLAS entry point and torch.nn.functional.linear on it.
+//
+// gemm() multiplies row-major matrices with leading dimensions, so that a head can be
+// multiplied in place inside a (L, N, E) tensor without copying it; the library that runs
+// it is OpenBLAS, or oneDNN for a large enough float GEMM (:gemm_library). linear_into() is
+// y = x W^T + b on raw rows, with W as PyTorch stores it (out, in) or already transposed
+// (in, out); every linear layer of the library, the readable one and the fast ones, is
+// this function. Not exported: the API's linear() is in :in_projection.
+//
+// Legend: rows = every position of every batch entry, in = input width, out = output width.
+//
+// Included by modules/platform.cppm, in its module purview: no module line of its own.
+// Uses :threads, :gemm_library.
+
+namespace mha::detail {
+
+// C (m, n) = alpha * op(A) op(B) + beta * C, row-major, with leading dimensions lda, ldb,
+// ldc. op(A) is A (m, k) or, with trans_a, the transpose of A (k, m); likewise B.
+template <class T>
+void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
+          const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc) {
+  using index = xt::blas_index_t;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum: BLAS would reject lda = 0, the answer is beta * C
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (gemm_library_for(m, n, k) == GemmLibrary::onednn)
+      return onednn_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  cxxblas::gemm<index>(cxxblas::RowMajor, trans_a ? cxxblas::Trans : cxxblas::NoTrans,
+                       trans_b ? cxxblas::Trans : cxxblas::NoTrans, static_cast<index>(m), static_cast<index>(n),
+                       static_cast<index>(k), alpha, a, static_cast<index>(lda), b, static_cast<index>(ldb), beta, c,
+                       static_cast<index>(ldc));
+}
+
+// A linear layer's weight as a GEMM operand: W (out, in) as PyTorch stores it, or W^T
+// (in, out), whose plain GEMM OpenBLAS runs without repacking W on every call (:engine).
+// ld is the leading dimension: a block of columns of a wider W^T is a weight too.
+template <class T>
+struct LinearWeight {
+  const T* data = nullptr;
+  std::size_t ld = 0;
+  bool transposed = false;  // true: data is W^T (in, out)
+};
+
+// y (rows, out) = x (rows, in) W^T + b: the bias broadcast over the rows first, then the
+// product added on top with beta = 1, so that b + x W^T rounds as PyTorch's addmm does.
+template <class T>
+void linear_into(const T* x, std::size_t rows, std::size_t in, LinearWeight<T> w, std::size_t out, const T* bias,
+                 T* y) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    T* yr = y + r * out;
+    if (bias) std::copy(bias, bias + out, yr);
+    else std::fill(yr, yr + out, T(0));
+  }
+  // (rows, in) x (in, out) -> (rows, out)
+  gemm<T>(/*trans_a=*/false, /*trans_b=*/!w.transposed, rows, out, in, T(1), x, in, w.data, w.ld, /*beta=*/T(1), y,
+          out);
+}
+
+// linear_into with the rows split into one block per thread: each thread runs one GEMM
+// on its block, (rows/threads, in) x (in, out), against the shared W.
+template <class T>
+void parallel_linear_into(const T* x, std::size_t rows, std::size_t in, LinearWeight<T> w, std::size_t out,
+                          const T* bias, T* y, int threads) {
+  // Blocks below 32 rows would leave OpenBLAS's kernels too little to do.
+  const std::size_t blocks = std::clamp<std::size_t>(rows / 32, 1, static_cast<std::size_t>(std::max(1, threads)));
+  parallel_for(blocks, threads, [&](std::size_t block, std::size_t /*worker*/) {
+    const std::size_t first = rows * block / blocks, last = rows * (block + 1) / blocks;
+    linear_into(x + first * in, last - first, in, w, out, bias, y + first * out);
+  });
+}
+
+// gemm with C's rows split into one block per thread, each one GEMM against the whole
+// of op(B). Row i of op(A) is row i of A, or column i of A with trans_a (A is
+// then (k, m)), so a block of rows starts at a + first * lda, or at a + first.
+template <class T>
+void parallel_gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+                   std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc, int threads) {
+  // Blocks below 32 rows would leave OpenBLAS's kernels too little to do. An empty sum
+  // (k = 0) reads neither operand, which may then have no data to point into: one block.
+  const std::size_t blocks =
+      k == 0 ? 1 : std::clamp<std::size_t>(m / 32, 1, static_cast<std::size_t>(std::max(1, threads)));
+  parallel_for(blocks, threads, [&](std::size_t block, std::size_t /*worker*/) {
+    const std::size_t first = m * block / blocks, last = m * (block + 1) / blocks;
+    gemm<T>(trans_a, trans_b, last - first, n, k, alpha, trans_a ? a + first : a + first * lda, lda, b, ldb, beta,
+            c + first * ldc, ldc);
+  });
+}
+
+// y = x W^T + b over the last dimension of x, as torch.nn.functional.linear.
+// x (..., in), weight (out, in), bias (out) -> (..., out)
+template <class T, std::size_t N>
+xt::xtensor<T, N> linear(const xt::xtensor<T, N>& x, const xt::xtensor<T, 2>& weight,
+                         const std::optional<xt::xtensor<T, 1>>& bias) {
+  const std::size_t in = weight.shape(1), out = weight.shape(0);
+  std::size_t rows = 1;  // the product of x's leading dimensions, also when in = 0
+  for (std::size_t d = 0; d + 1 < N; ++d) rows *= x.shape(d);
+  auto shape = x.shape();
+  shape[N - 1] = out;
+  xt::xtensor<T, N> y(shape);
+  linear_into(x.data(), rows, in, LinearWeight<T>{weight.data(), in, /*transposed=*/false}, out,
+              bias ? bias->data() : nullptr, y.data());
+  return y;
+}
+
+}  // namespace mha::detail

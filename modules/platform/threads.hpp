@@ -1,0 +1,195 @@
+// mha:threads — how many threads the library uses, and the pool they run in.
+//
+// The fast paths split their GEMMs' rows and their batch-heads over threads of the
+// library's own: a pool started at the first parallel call and kept for the life of the
+// process (ONNX Runtime and CTranslate2 keep one too), so a forward starts no thread. How
+// many it uses is the library's own setting, mha::set_num_threads(n), like
+// torch.set_num_threads; by default one per CPU this process may run on.
+//
+// The setting is never read from OpenBLAS nor written to it, and nothing here changes
+// a setting of the program around the library. Inside the library's parallel work each
+// GEMM is one thread's: oneDNN is held to one OpenMP thread for the call in the calling
+// thread (:gemm_library), and the float GEMMs left to OpenBLAS are below the size at
+// which it would thread them. A double GEMM on OpenBLAS is threaded as OpenBLAS's own
+// setting says (OPENBLAS_NUM_THREADS); that changes nothing in its result, because
+// OpenBLAS splits a product's rows and columns over its threads, never a sum (the host
+// program test checks both, bit for bit).
+//
+// forward() reads the setting, never writes it, so any number of threads may run
+// forward() at once: each call's work is a job of its own in the pool, and the calling
+// thread always works on its own job, so no call waits for a free pool thread.
+//
+// Included by modules/platform.cppm, in its module purview: no module line of its own.
+// Uses mha.core.
+
+namespace mha::detail {
+
+// The CPUs this process may run on (its affinity mask: a container's or taskset's
+// limit, not the machine's count), at least 1.
+int available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// The library's thread count. inline for its static: see cpu_simd_level() in :cpu.
+inline std::atomic<int>& thread_count() {
+  static std::atomic<int> count{available_cpus()};
+  return count;
+}
+
+}  // namespace mha::detail
+
+export namespace mha {
+
+// Gives the library's parallel work `num_threads` threads, the caller's included. The
+// library's setting alone: OpenBLAS's and OpenMP's stay as they are. Call it while no
+// forward() or backward() runs.
+void set_num_threads(int num_threads) {
+  check(num_threads >= 1, "num_threads", "expected at least 1 thread, got {}", num_threads);
+  detail::thread_count() = num_threads;
+}
+
+int num_threads() { return detail::thread_count(); }
+
+}  // namespace mha
+
+namespace mha::detail {
+
+// The threads a fast forward or backward splits its work over: the library's setting.
+int engine_threads() { return num_threads(); }
+
+// One parallel_for call: `count` tasks, taken in turn by up to `workers` threads.
+struct ParallelJob {
+  ParallelJob(const std::function<void(std::size_t, std::size_t)>& t, std::size_t n, std::size_t w)
+      : task(&t), count(n), workers(w) {}
+
+  const std::function<void(std::size_t, std::size_t)>* task;
+  std::size_t count, workers;
+  std::atomic<std::size_t> next{0};  // the next task to take
+  std::size_t joined = 1;            // threads that took part, the caller first (under the pool's mutex)
+  std::size_t working = 1;           // of them, those not yet done with it (under the pool's mutex)
+  std::atomic<bool> failed{false};
+  std::exception_ptr failure;  // the first exception a task threw
+
+  // Takes tasks until none is left, as worker `worker`; after a task throws, the rest
+  // are taken and not run, so that every thread stops soon.
+  void work(std::size_t worker) {
+    for (std::size_t i = next++; i < count; i = next++) {
+      if (failed) continue;
+      try {
+        (*task)(i, worker);
+      } catch (...) {
+        if (!failed.exchange(true)) failure = std::current_exception();
+      }
+    }
+  }
+};
+
+// The library's threads, started as calls first ask for them and kept until the process
+// ends. A job waits in `open` until it has as many threads as it can use; a pool thread
+// takes the oldest such job. The caller of a job works on it too and then waits only for
+// the pool threads that joined it, never for the pool to be free.
+class ThreadPool {
+public:
+  // The process's one pool. inline for its static: see cpu_simd_level() in :cpu.
+  static inline ThreadPool& instance() {
+    static ThreadPool pool;
+    return pool;
+  }
+
+  void run(ParallelJob& job) {
+    {
+      std::lock_guard lock(mutex_);
+      start_threads(job.workers - 1);
+      open_.push_back(&job);
+    }
+    wake_.notify_all();
+    job.work(0);
+    std::unique_lock lock(mutex_);
+    close(job);  // no thread joins it from now on
+    --job.working;
+    done_.wait(lock, [&] { return job.working == 0; });
+  }
+
+  ThreadPool() = default;
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+  ~ThreadPool() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+private:
+  void start_threads(std::size_t wanted) {  // under mutex_
+    while (threads_.size() < wanted) {
+      threads_.emplace_back([this] {
+        pthread_setname_np(pthread_self(), "mha-pool");  // as top, gdb and /proc show it
+        serve();
+      });
+    }
+  }
+  void close(ParallelJob& job) {  // under mutex_
+    const auto it = std::find(open_.begin(), open_.end(), &job);
+    if (it != open_.end()) open_.erase(it);
+  }
+  void serve() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stopping_ || !open_.empty(); });
+      if (stopping_) return;
+      ParallelJob& job = *open_.front();
+      const std::size_t worker = job.joined++;
+      ++job.working;
+      if (job.joined == job.workers) open_.erase(open_.begin());  // it has all the threads it can use
+      lock.unlock();
+      job.work(worker);
+      lock.lock();
+      if (--job.working == 0) done_.notify_all();  // the job's last touch by this thread
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::vector<ParallelJob*> open_;  // jobs that could use another thread, oldest first
+  std::vector<std::thread> threads_;
+  bool stopping_ = false;
+};
+
+// Runs task(0, worker), ..., task(count - 1, worker) on up to `threads` threads, the
+// caller's and the pool's, each taking the next index when it is free; `worker`
+// (0 .. threads - 1, the caller 0) says which thread of this call runs it, so that a
+// task can use that thread's scratch buffer. With one thread (or one task) everything
+// runs here, in order, as worker 0. The first exception a task throws is rethrown here,
+// after every thread has left the call.
+void parallel_for(std::size_t count, int threads, const std::function<void(std::size_t, std::size_t)>& task) {
+  const std::size_t workers = std::min<std::size_t>(count, static_cast<std::size_t>(std::max(1, threads)));
+  if (workers <= 1) {
+    for (std::size_t i = 0; i < count; ++i) task(i, 0);
+    return;
+  }
+  ParallelJob job(task, count, workers);
+  ThreadPool::instance().run(job);
+  if (job.failure) std::rethrow_exception(job.failure);
+}
+
+// How many threads work of `flops` floating-point operations is worth: below `threshold`
+// it is over before a second thread would have started, so it runs on the caller's alone.
+int threads_for(double flops, double threshold, int available) { return flops < threshold ? 1 : available; }
+
+// A mutex for a member of a copyable class: a copy gets a lock of its own, never the
+// original's (a mutex cannot be copied, and sharing one would tie two objects together).
+struct OwnMutex {
+  std::mutex mutex;
+  OwnMutex() = default;
+  OwnMutex(const OwnMutex& /*other*/) {}
+  OwnMutex& operator=(const OwnMutex& /*other*/) { return *this; }
+  ~OwnMutex() = default;
+};
+
+}  // namespace mha::detail

@@ -1,0 +1,95 @@
+// mha:workspace — the fast paths' buffers, kept per calling thread, and letting them go.
+//
+// A fast forward works in buffers of its own: q, k and v after the projection, the
+// extended keys, the merged heads, the weights, and one block of scores or one tile per
+// worker. Allocating them and faulting their pages in on every call would cost more than
+// a small forward itself, so each calling thread keeps its buffers from one forward() to
+// the next. Being the thread's and not the module's, they let any number of threads run
+// forward() on one module at once.
+//
+// What a thread keeps is bounded. A forward whose buffers come to more than
+// kept_thread_buffer_bytes() (64 MiB unless set) frees them as it returns, so a server
+// thread that once served an 8K sequence does not hold that memory for the rest of its
+// life; it pays the allocation again on its next forward that large, which at that size
+// is a small part of the forward. release_thread_buffers() frees the calling thread's
+// buffers at any time; thread_buffer_bytes() says how much it holds.
+//
+// This file is not the textbook: the reference forward allocates as it goes, like PyTorch.
+//
+// Included by modules/platform.cppm, in its module purview: no module line of its own.
+// Uses mha.core.
+
+namespace mha::detail {
+
+// The most bytes a thread keeps after a forward. inline for its static: see
+// cpu_simd_level() in :cpu.
+inline std::atomic<std::size_t>& kept_bytes_limit() {
+  static std::atomic<std::size_t> limit{std::size_t{64} << 20};
+  return limit;
+}
+
+// One calling thread's buffers for element type T.
+template <class T>
+struct Workspace {
+  // Slots handed out in order by get(). A forward holds pointers into its slots' storage
+  // while it asks for more; growing `slots` moves the vectors, never their storage.
+  std::vector<std::vector<T>> slots;    // q, k, v, the extended keys, the heads, the weights
+  std::size_t used = 0;                 // slots handed out in this forward()
+  std::vector<std::vector<T>> scratch;  // per worker: (rows, S') scores, or a (Tq, Tk) tile
+
+  // The calling thread's, as it stands; `of_this_thread` for a new forward.
+  static Workspace& mine() {
+    thread_local Workspace workspace;
+    return workspace;
+  }
+  static Workspace& of_this_thread() {
+    Workspace& workspace = mine();
+    workspace.used = 0;
+    return workspace;
+  }
+  T* get(std::size_t size) {  // the next slot, at least `size` long
+    if (slots.size() <= used) slots.emplace_back();
+    auto& slot = slots[used++];
+    if (slot.size() < size) slot.resize(size);
+    return slot.data();
+  }
+  std::size_t bytes() const {
+    std::size_t n = 0;
+    for (const auto& s : slots) n += s.capacity();
+    for (const auto& s : scratch) n += s.capacity();
+    return n * sizeof(T);
+  }
+  void release() {
+    slots = {};
+    scratch = {};
+    used = 0;
+  }
+  // At the end of a forward: everything goes if it holds more than the limit.
+  void keep_within_limit() {
+    if (bytes() > kept_bytes_limit()) release();
+  }
+};
+
+}  // namespace mha::detail
+
+export namespace mha {
+
+// The bytes of fast-path buffers the calling thread holds between forwards.
+std::size_t thread_buffer_bytes() {
+  return detail::Workspace<float>::mine().bytes() + detail::Workspace<double>::mine().bytes();
+}
+
+// Frees the calling thread's fast-path buffers; its next forward allocates them again.
+// Other threads' buffers are theirs: each thread releases its own.
+void release_thread_buffers() {
+  detail::Workspace<float>::mine().release();
+  detail::Workspace<double>::mine().release();
+}
+
+// Sets the most bytes of buffers a thread keeps after a forward (a forward that needed
+// more frees them as it returns); 0 keeps nothing. Process-wide.
+void set_kept_thread_buffer_bytes(std::size_t bytes) { detail::kept_bytes_limit() = bytes; }
+
+std::size_t kept_thread_buffer_bytes() { return detail::kept_bytes_limit(); }
+
+}  // namespace mha

@@ -1,0 +1,172 @@
+// mha:masks, the bodies: bool masks made additive, the causal mask, padding, the merge.
+//
+// The definitions of what modules/textbook/masks.hpp declares, in the same order, and their
+// explicit instantiations for float and double. As torch/nn/functional.py's
+// _canonical_mask, the padding in multi_head_attention_forward and its mask merge.
+//
+// Legend: L = target length, S = source length, N = batch, H = heads, B = N*H.
+module;
+#include "third_party.hpp"
+
+module mha;
+
+namespace mha {
+
+// A bool mask as an additive float mask: False -> 0, True -> -inf. A float mask is
+// returned unchanged. As torch.nn.functional._canonical_mask.
+template <class T>
+xt::xarray<T> canonical_mask(const Mask<T>& mask) {
+  if (const auto* m = std::get_if<xt::xarray<T>>(&mask)) return *m;
+  const auto& b = std::get<xt::xarray<bool>>(mask);
+  return xt::where(b, -std::numeric_limits<T>::infinity(), T(0));
+}
+
+// The causal mask as a bool mask: True above the diagonal, so query i sees keys 0..i.
+// (L, S)
+xt::xtensor<bool, 2> causal_mask(std::size_t L, std::size_t S) {
+  xt::xtensor<bool, 2> mask({L, S});
+  for (std::size_t i = 0; i < L; ++i)
+    for (std::size_t j = 0; j < S; ++j) mask(i, j) = j > i;
+  return mask;
+}
+
+// The causal mask of L new positions after `cached` ones (decoding with a KV cache): new
+// position i is position cached + i and sees keys 0..cached+i. (L, cached + L)
+xt::xtensor<bool, 2> causal_mask_after(std::size_t cached, std::size_t L) {
+  xt::xtensor<bool, 2> mask({L, cached + L});
+  for (std::size_t i = 0; i < L; ++i)
+    for (std::size_t j = 0; j < cached + L; ++j) mask(i, j) = j > cached + i;
+  return mask;
+}
+
+// The causal mask as nn.Transformer.generate_square_subsequent_mask makes it: a float
+// mask with -inf above the diagonal and 0 elsewhere. (L, L)
+template <class T>
+xt::xtensor<T, 2> generate_square_subsequent_mask(std::size_t L) {
+  return xt::where(causal_mask(L, L), -std::numeric_limits<T>::infinity(), T(0));
+}
+
+// One more key position, not masked: F.pad(mask, (0, 1)). Used when bias_k/bias_v or a
+// zero attention row is appended to the keys. (..., S) -> (..., S + 1)
+template <class T, std::size_t R>
+xt::xtensor<T, R> pad_last(const xt::xtensor<T, R>& mask) {
+  auto shape = mask.shape();
+  shape[R - 1] += 1;
+  xt::xtensor<T, R> padded = xt::zeros<T>(shape);
+  const std::size_t S = mask.shape(R - 1), rows = S == 0 ? 0 : mask.size() / S;
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < S; ++j) padded.data()[r * (S + 1) + j] = mask.data()[r * S + j];
+  return padded;
+}
+
+// Merges key_padding_mask into attn_mask by addition, as PyTorch 2.x does:
+//   attn_mask (1 or N*H, L, S) + key_padding_mask (N, S) viewed as (N*H, 1, S).
+// Batch-head b = n*H + h takes row n of key_padding_mask. Returns (1 or N*H, L, S).
+template <class T>
+std::optional<xt::xtensor<T, 3>> merge_masks(const std::optional<xt::xtensor<T, 3>>& attn_mask,
+                                             const std::optional<xt::xtensor<T, 2>>& key_padding_mask,
+                                             std::size_t num_heads, std::size_t L) {
+  if (!key_padding_mask) return attn_mask;
+  const std::size_t N = key_padding_mask->shape(0), S = key_padding_mask->shape(1);
+  check(num_heads > 0, "num_heads", "expected a positive number of heads, got {}", num_heads);
+  if (attn_mask) {
+    const auto& a = *attn_mask;
+    check((a.shape(0) == 1 || a.shape(0) == N * num_heads) && a.shape(1) == L && a.shape(2) == S, "attn_mask",
+          "expected shape {} or {} to merge with key_padding_mask {}, got {}", shape_string({1, L, S}),
+          shape_string({N * num_heads, L, S}), shape_string(key_padding_mask->shape()), shape_string(a.shape()));
+  }
+  xt::xtensor<T, 3> merged({N * num_heads, L, S});
+  for (std::size_t b = 0; b < N * num_heads; ++b) {
+    const std::size_t n = b / num_heads;
+    const std::size_t a = attn_mask && attn_mask->shape(0) > 1 ? b : 0;
+    for (std::size_t i = 0; i < L; ++i)
+      for (std::size_t j = 0; j < S; ++j)
+        merged(b, i, j) = (attn_mask ? (*attn_mask)(a, i, j) : T(0)) + (*key_padding_mask)(n, j);
+  }
+  return merged;
+}
+
+// One more key that every query may attend to (bias_k, or the zero key): both masks
+// grow by an unmasked column, as F.pad(mask, (0, 1)) in multi_head_attention_forward.
+template <class T>
+void PreparedMasks<T>::pad_for_extra_key() {
+  if (attn_mask) attn_mask = pad_last(*attn_mask);
+  if (key_padding_mask) key_padding_mask = pad_last(*key_padding_mask);
+}
+
+// key_padding_mask as a float (N, S) mask; unbatched (S) becomes (1, S).
+template <class T>
+std::optional<xt::xtensor<T, 2>> prepare_key_padding_mask(const std::optional<Mask<T>>& m, bool batched, std::size_t N,
+                                                          std::size_t S) {
+  if (!m) return std::nullopt;
+  xt::xarray<T> mask = canonical_mask(*m);
+  if (!batched) mask = xt::view(mask, xt::newaxis(), xt::all());
+  check(mask.dimension() == 2 && mask.shape(0) == N && mask.shape(1) == S, "key_padding_mask",
+        "expecting key_padding_mask shape of {}, but got {}", shape_string({N, S}), shape_string(mask.shape()));
+  return xt::xtensor<T, 2>(mask);
+}
+
+// attn_mask as a float (1, L, S) or (B, L, S) mask, with PyTorch's shape checks. A 3-D mask
+// has one (L, S) slice per batch-head: B = N*H batched, H unbatched.
+template <class T>
+std::optional<xt::xtensor<T, 3>> prepare_attn_mask(const std::optional<Mask<T>>& m, bool batched, std::size_t L,
+                                                   std::size_t N, std::size_t S, std::size_t num_heads) {
+  if (!m) return std::nullopt;
+  const xt::xarray<T> mask = canonical_mask(*m);
+  if (mask.dimension() == 2) {
+    check(mask.shape(0) == L && mask.shape(1) == S, "attn_mask",
+          "The shape of the 2D attn_mask is {}, but should be {}.", shape_string(mask.shape()), shape_string({L, S}));
+    return xt::xtensor<T, 3>(xt::view(mask, xt::newaxis(), xt::all(), xt::all()));  // (1, L, S)
+  }
+  const std::size_t B = (batched ? N : 1) * num_heads;
+  check(mask.dimension() == 3 && mask.shape(0) == B && mask.shape(1) == L && mask.shape(2) == S, "attn_mask",
+        "The shape of the 3D attn_mask is {}, but should be {}.", shape_string(mask.shape()), shape_string({B, L, S}));
+  return xt::xtensor<T, 3>(mask);
+}
+
+// The causal mask of the is_causal hint as an additive (1, L, S) mask.
+template <class T>
+xt::xtensor<T, 3> causal_attn_mask(std::size_t L, std::size_t S) {
+  return xt::xtensor<T, 3>(
+      xt::view(canonical_mask<T>(xt::xarray<bool>(causal_mask(L, S))), xt::newaxis(), xt::all(), xt::all()));
+}
+
+// Step 2 of forward(): both masks as float masks, shapes checked. With the is_causal hint
+// and neither key_padding_mask nor the weights asked for, PyTorch 2.x drops attn_mask and
+// lets the causal mask stand in for it (SDPA's is_causal=True); the hint is then kept.
+template <class T>
+PreparedMasks<T> prepare_masks(const std::optional<Mask<T>>& attn_mask, const std::optional<Mask<T>>& key_padding_mask,
+                               bool is_causal, bool need_weights, bool batched, std::size_t L, std::size_t N,
+                               std::size_t S, std::size_t num_heads) {
+  PreparedMasks<T> masks;
+  masks.key_padding_mask = prepare_key_padding_mask(key_padding_mask, batched, N, S);  // (N, S)
+  masks.causal_hint = is_causal && !masks.key_padding_mask && !need_weights;
+  if (!masks.causal_hint)
+    masks.attn_mask = prepare_attn_mask(attn_mask, batched, L, N, S, num_heads);  // (1 or B, L, S)
+  return masks;
+}
+
+// Compiled here once for each dtype the library has; no other unit sees the bodies above.
+// T is a type: it cannot be parenthesised, as bugprone-macro-parentheses asks.
+// NOLINTBEGIN(bugprone-macro-parentheses)
+#define MHA_INSTANTIATE_MASKS(T)                                                                                       \
+  template xt::xarray<T> canonical_mask(const Mask<T>&);                                                               \
+  template xt::xtensor<T, 2> generate_square_subsequent_mask(std::size_t);                                             \
+  template xt::xtensor<T, 2> pad_last(const xt::xtensor<T, 2>&);                                                       \
+  template xt::xtensor<T, 3> pad_last(const xt::xtensor<T, 3>&);                                                       \
+  template std::optional<xt::xtensor<T, 3>> merge_masks(                                                               \
+      const std::optional<xt::xtensor<T, 3>>&, const std::optional<xt::xtensor<T, 2>>&, std::size_t, std::size_t);     \
+  template struct PreparedMasks<T>;                                                                                    \
+  template std::optional<xt::xtensor<T, 2>> prepare_key_padding_mask(const std::optional<Mask<T>>&, bool, std::size_t, \
+                                                                     std::size_t);                                     \
+  template std::optional<xt::xtensor<T, 3>> prepare_attn_mask(const std::optional<Mask<T>>&, bool, std::size_t,        \
+                                                              std::size_t, std::size_t, std::size_t);                  \
+  template xt::xtensor<T, 3> causal_attn_mask(std::size_t, std::size_t);                                               \
+  template PreparedMasks<T> prepare_masks(const std::optional<Mask<T>>&, const std::optional<Mask<T>>&, bool, bool,    \
+                                          bool, std::size_t, std::size_t, std::size_t, std::size_t);
+MHA_INSTANTIATE_MASKS(float)
+MHA_INSTANTIATE_MASKS(double)
+#undef MHA_INSTANTIATE_MASKS
+// NOLINTEND(bugprone-macro-parentheses)
+
+}  // namespace mha

@@ -1,0 +1,110 @@
+// mha:options — what torch.nn.MultiheadAttention(...) and its forward(...) take and give.
+//
+// Options are the constructor's arguments, ForwardOptions the forward's arguments after
+// query, key and value, Output its return value (attn_output, attn_output_weights).
+// AttentionPath picks which implementation runs a forward: every one gives PyTorch's
+// results (docs/performance.md shows what each costs).
+//
+// Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
+//
+// Included by modules/textbook.cppm, in its module purview: no module line of its own.
+// Uses mha.core, :masks.
+
+export namespace mha {
+
+// The arguments of torch.nn.MultiheadAttention(...).
+struct Options {
+  std::int64_t embed_dim = 0;
+  std::int64_t num_heads = 0;
+  double dropout = 0.0;
+  bool bias = true;
+  bool add_bias_kv = false;
+  bool add_zero_attn = false;
+  std::optional<std::int64_t> kdim;  // none: embed_dim
+  std::optional<std::int64_t> vdim;  // none: embed_dim
+  bool batch_first = false;
+  // Keep q/k/v_proj_weight separate even when kdim == vdim == embed_dim.
+  bool separate_projections = false;
+};
+
+// The arguments of MultiheadAttention.forward(...) after query, key and value.
+template <class T>
+struct ForwardOptions {
+  std::optional<Mask<T>> key_padding_mask;  // (N, S), or (S) unbatched; True = padding
+  bool need_weights = true;
+  std::optional<Mask<T>> attn_mask;  // (L, S) or (N*H, L, S); unbatched (L, S) or (H, L, S)
+  bool average_attn_weights = true;
+  bool is_causal = false;  // a hint that attn_mask is the causal mask; needs attn_mask
+  // Replays a dropout instead of drawing one: (N*H, L, S'), True = kept, S' = S + add_bias_kv
+  // + add_zero_attn. Only in training with dropout > 0 (an error otherwise: there would be
+  // nothing to replay); kept weights are scaled by 1 / (1 - p), as PyTorch's dropout does.
+  std::optional<xt::xtensor<bool, 3>> dropout_mask;
+};
+
+// What forward returns: attn_output, and attn_output_weights when need_weights.
+template <class T>
+struct Output {
+  xt::xarray<T> attn_output;                         // (L, N, E), (N, L, E) or (L, E)
+  std::optional<xt::xarray<T>> attn_output_weights;  // (N, L, S) or (N, H, L, S); unbatched without N
+};
+
+// A name -> tensor map, keyed by PyTorch's state_dict names.
+template <class T>
+using StateDict = std::map<std::string, xt::xarray<T>>;
+
+// How forward() computes the attention. All give PyTorch's results; they differ in speed,
+// memory and how much of the computation a reader can follow:
+//   reference         one readable loop nest per step, every intermediate of PyTorch's
+//                     multi_head_attention_forward materialised (:reference_forward; the
+//                     tutorials' path);
+//   fast              BLAS GEMMs on strided views of the projection buffers, mask and
+//                     softmax in one pass, batch-heads on threads (:engine);
+//   memory_efficient  tiles and an online softmax, the (N*H, L, S) weights never formed
+//                     (:flash_attention); only with need_weights=false, else mha::Error;
+//   automatic         memory_efficient when need_weights=false and a head's (L, S) scores
+//                     exceed 4M entries, fast otherwise. The default.
+enum class AttentionPath { automatic, reference, fast, memory_efficient };
+
+// The path a forward takes for these sizes: automatic resolved, memory_efficient refused
+// when the weights are asked for (it never forms them). S counts bias_k and the zero key.
+AttentionPath resolve_attention_path(AttentionPath path, bool need_weights, std::size_t L, std::size_t S) {
+  if (path == AttentionPath::memory_efficient)
+    check(!need_weights, "need_weights",
+          "the memory_efficient attention path never forms the attention weights; expected need_weights=false "
+          "with it, got need_weights=true (choose AttentionPath::fast, reference or automatic for the weights)");
+  if (path != AttentionPath::automatic) return path;
+  // One head's (L, S) scores above 4M entries (16 MiB in float) are worth not forming.
+  const bool large = static_cast<double>(L) * static_cast<double>(S) > static_cast<double>(1 << 22);
+  return !need_weights && large ? AttentionPath::memory_efficient : AttentionPath::fast;
+}
+
+}  // namespace mha
+
+namespace mha::detail {
+
+// The checks of MultiheadAttention.__init__, with its messages.
+void validate(const Options& options) {
+  check(options.embed_dim > 0 && options.num_heads > 0, "embed_dim, num_heads",
+        "embed_dim and num_heads must be greater than 0, got embed_dim={} and num_heads={} instead", options.embed_dim,
+        options.num_heads);
+  check(options.embed_dim % options.num_heads == 0, "embed_dim",
+        "embed_dim must be divisible by num_heads, got embed_dim={} and num_heads={}", options.embed_dim,
+        options.num_heads);
+  check(options.kdim.value_or(1) > 0, "kdim", "kdim must be greater than 0, got {}", options.kdim.value_or(0));
+  check(options.vdim.value_or(1) > 0, "vdim", "vdim must be greater than 0, got {}", options.vdim.value_or(0));
+  check(options.dropout >= 0.0 && options.dropout <= 1.0, "dropout",
+        "dropout probability has to be between 0 and 1, but got {}", options.dropout);
+}
+
+// The sizes that Options give, as unsigned numbers. Only for validated Options.
+struct Sizes {
+  std::size_t E, H, D, kdim, vdim;
+  explicit Sizes(const Options& o)
+      : E(static_cast<std::size_t>(o.embed_dim)),
+        H(static_cast<std::size_t>(o.num_heads)),
+        D(E / H),
+        kdim(static_cast<std::size_t>(o.kdim.value_or(o.embed_dim))),
+        vdim(static_cast<std::size_t>(o.vdim.value_or(o.embed_dim))) {}
+};
+
+}  // namespace mha::detail

@@ -1,0 +1,112 @@
+// mha:reference_forward, the steps: multi_head_attention_forward, one tensor per step.
+//
+// The body of reference_forward, declared in modules/textbook/reference_forward.hpp: steps 3 to 10
+// of forward() in torch/nn/functional.py's order, each calling the file that teaches
+// it, and its explicit instantiations for float and double.
+//
+// Legend: L = target length, S = source length, S' = S with bias_k and the zero key,
+// N = batch, E = embed_dim, H = heads, D = head_dim = E / H.
+module;
+#include "third_party.hpp"
+
+module mha;
+
+namespace mha::detail {
+
+template <class T>
+Output<T> reference_forward(const Options& options, const Parameters<T>& params, const xt::xarray<T>& query,
+                            const xt::xarray<T>& key, const xt::xarray<T>& value, const Geometry& g,
+                            PreparedMasks<T> masks, const ForwardOptions<T>& opts, const StaticKV<T>& statics,
+                            double dropout_p, Generator& generator, SavedForward<T>* saved) {
+  const std::size_t H = static_cast<std::size_t>(options.num_heads), L = g.L, N = g.N;
+  const bool batch_first = options.batch_first && g.batched;
+
+  // 3) in-projection: the packed (3E, E) weight, or three separate ones
+  auto query_in = to_seq_first_batched(query, batch_first);                       // (L, N, E)
+  auto key_in = to_seq_first_batched(key, batch_first);                           // (S, N, Ek)
+  auto value_in = to_seq_first_batched(value, batch_first);                       // (S, N, Ev)
+  auto [q, k, v] = params.in_projection(query_in, key_in, value_in, g.aliasing);  // (L, N, E), (S, N, E) x2
+
+  // 4) bias_k, bias_v: one more key and value position, the masks padded to match
+  if (options.add_bias_kv) {
+    k = append_bias(k, Parameters<T>::present(params.bias_k, "bias_k"));  // (S+1, N, E)
+    v = append_bias(v, Parameters<T>::present(params.bias_v, "bias_v"));
+    masks.pad_for_extra_key();
+  }
+
+  // 5) heads: (L, N, E) -> (N*H, L, D); static_k and static_v, already heads, replace k
+  //    and v. PyTorch projected k and v above all the same (a TODO in its source); the
+  //    engine does not.
+  auto qh = split_heads(q, H);                                   // (N*H, L, D)
+  auto kh = statics.k ? statics.k.tensor() : split_heads(k, H);  // (N*H, S', D)
+  auto vh = statics.v ? statics.v.tensor() : split_heads(v, H);  // (N*H, S', D)
+
+  // 6) add_zero_attn: one more key and value, all zeros, the masks padded to match
+  if (options.add_zero_attn) {
+    kh = append_zero_row(kh), vh = append_zero_row(vh);  // (N*H, S'+1, D)
+    masks.pad_for_extra_key();
+  }
+  const std::size_t S_total = kh.shape(1);
+
+  // 7) one additive mask: attn_mask + key_padding_mask, or the causal mask of the hint
+  std::optional<xt::xtensor<T, 3>> mask;
+  if (masks.causal_hint) mask = causal_attn_mask<T>(L, S_total);           // (1, L, S')
+  else mask = merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or N*H, L, S')
+
+  // 8) attention per head: softmax(q k^T / sqrt(D) + mask) v, dropout in training only,
+  //    replayed from the mask given or drawn now
+  std::optional<xt::xtensor<bool, 3>> keep = opts.dropout_mask;
+  if (dropout_p > 0 && !keep) keep = draw_dropout_mask({qh.shape(0), L, S_total}, dropout_p, generator);
+  auto attention = scaled_dot_product_attention(qh, kh, vh, mask, dropout_p, keep);
+
+  // 9) heads side by side again, then out_proj: (N*H, L, D) -> (L, N, E)
+  auto merged = merge_heads(attention.output, H);                                   // (L, N, E)
+  auto attn_output = linear(merged, params.out_proj_weight, params.out_proj_bias);  // (L, N, E)
+
+  // 10) back to the caller's layout; the weights per head or averaged over heads
+  Output<T> out;
+  out.attn_output = caller_layout(attn_output, g.batched, options.batch_first);  // as the query came
+  if (opts.need_weights)
+    out.attn_output_weights =
+        output_weights(attention.weights.data(), N, H, L, S_total, opts.average_attn_weights, g.batched);
+
+  if (saved) {
+    *saved = {g.batched,
+              batch_first,
+              g.aliasing,
+              &query == &key,
+              &key == &value,
+              &query == &value,
+              L,
+              g.S,
+              N,
+              opts.need_weights,
+              opts.average_attn_weights,
+              {out.attn_output.shape().begin(), out.attn_output.shape().end()},
+              weights_shape(N, H, L, S_total, opts.average_attn_weights, g.batched),
+              std::move(query_in),
+              std::move(key_in),
+              std::move(value_in),
+              std::move(qh),
+              std::move(kh),
+              std::move(vh),
+              std::move(attention.probabilities),
+              std::move(attention.weights),
+              std::move(keep),
+              dropout_p,
+              std::move(merged)};
+  }
+  return out;
+}
+
+// Compiled here once for each dtype the library has.
+template Output<float> reference_forward(const Options&, const Parameters<float>&, const xt::xarray<float>&,
+                                         const xt::xarray<float>&, const xt::xarray<float>&, const Geometry&,
+                                         PreparedMasks<float>, const ForwardOptions<float>&, const StaticKV<float>&,
+                                         double, Generator&, SavedForward<float>*);
+template Output<double> reference_forward(const Options&, const Parameters<double>&, const xt::xarray<double>&,
+                                          const xt::xarray<double>&, const xt::xarray<double>&, const Geometry&,
+                                          PreparedMasks<double>, const ForwardOptions<double>&, const StaticKV<double>&,
+                                          double, Generator&, SavedForward<double>*);
+
+}  // namespace mha::detail
