@@ -80,6 +80,11 @@ mha::MultiheadAttention<float> bench_module(const Shape& s) {
   return mha::MultiheadAttention<float>(options, /*seed=*/1);
 }
 
+// warm_up_note: each row runs its call once before the timing, as bench/torch_mha.py warms
+// PyTorch up for 0.1 s: the first call of a new module makes W^T, has oneDNN generate its
+// kernels for the shapes, and grows the allocator's heap, which later calls reuse. A
+// repetition of a training step is only a few iterations long, so without it that
+// one-time cost would be averaged into every repetition's time.
 void bench_forward(benchmark::State& state, Shape s, bool need_weights, mha::AttentionPath path) {
   auto module = bench_module(s);
   module.eval();
@@ -87,6 +92,7 @@ void bench_forward(benchmark::State& state, Shape s, bool need_weights, mha::Att
   const auto x = random_input(s.L, s.N, s.E, 2);  // (L, N, E)
   mha::ForwardOptions<float> opts;
   opts.need_weights = need_weights;
+  module.forward(x, x, x, opts);  // warm-up, untimed (see warm_up_note)
   for (auto _ : state) {
     auto out = module.forward(x, x, x, opts);  // self-attention: the same object three times
     benchmark::DoNotOptimize(out.attn_output.data());
@@ -109,6 +115,7 @@ void bench_backward(benchmark::State& state, Shape s, mha::AttentionPath path) {
   mha::ForwardOptions<float> opts;
   opts.need_weights = false;
   const auto [output, record] = module.forward_for_backward(x, x, x, opts);
+  module.backward(record, grad);  // warm-up, untimed (see warm_up_note)
   for (auto _ : state) {
     auto gradients = module.backward(record, grad);
     benchmark::DoNotOptimize(gradients.parameters.size());
@@ -132,6 +139,10 @@ void bench_train_step(benchmark::State& state, Shape s, mha::AttentionPath path)
   const auto grad = random_input(s.L, s.N, s.E, 3);  // dL/d(attn_output) (L, N, E)
   mha::ForwardOptions<float> opts;
   opts.need_weights = false;
+  {  // warm-up, untimed (see warm_up_note)
+    const auto [output, record] = module.forward_for_backward(x, x, x, opts);
+    module.backward(record, grad);
+  }
   for (auto _ : state) {
     const auto [output, record] = module.forward_for_backward(x, x, x, opts);
     auto gradients = module.backward(record, grad);

@@ -16,31 +16,42 @@
 // layer's input / output width.
 //
 // Included by modules/engine/engine.hpp, in its module purview: no module line of its own.
-// Uses :options, :parameters, :inputs, :attention, :in_projection, :linear, :threads, :gradients, :reference_forward, :reference_backward.
+// Uses :options, :parameters, :inputs, :attention, :in_projection, :linear, :threads, :workspace, :gradients, :reference_forward, :reference_backward.
 
 namespace mha::detail {
 
-// y = x W^T + b backward on GEMMs, W (out, in) row-major at `w`, each GEMM's rows split
-// over `threads`:
-//   dX = dY W: (rows, out) x (out, in) -> (rows, in);  dW = dY^T X: (out, rows) x (rows, in) -> (out, in).
-// x (len, N, in), dy (len, N, out)
+// db = the sum of dY's rows, (rows, out) -> (out), row after row as the reference sums them.
+template <class T>
+void sum_rows_into(const T* dy, std::size_t rows, std::size_t out, T* db) {
+  std::fill(db, db + out, T(0));
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t o = 0; o < out; ++o) db[o] += dy[r * out + o];
+}
+
+// y = x W^T + b backward on GEMMs into the caller's buffers, W (out, in) row-major at `w`,
+// each GEMM's rows split over `threads`:
+//   dX = dY W: (rows, out) x (out, in) -> (rows, in);  dW = dY^T X: (out, rows) x (rows, in) -> (out, in);
+//   db = the sum of dY's rows, when `db` is given.
+// x (rows, in), dy (rows, out); dx (rows, in), dw (out, in), db (out)
+template <class T>
+void linear_backward_into(const T* x, std::size_t rows, std::size_t in, const T* w, std::size_t out, const T* dy, T* dx,
+                          T* dw, T* db, int threads) {
+  threads = threads_for(2.0 * static_cast<double>(rows * in * out), /*threshold=*/2e7, threads);  // per GEMM
+  parallel_gemm<T>(/*trans_a=*/false, /*trans_b=*/false, rows, in, out, T(1), dy, out, w, in, T(0), dx, in, threads);
+  parallel_gemm<T>(/*trans_a=*/true, /*trans_b=*/false, out, in, rows, T(1), dy, out, x, in, T(0), dw, in, threads);
+  if (db) sum_rows_into(dy, rows, out, db);
+}
+
+// The same into new tensors. x (len, N, in), dy (len, N, out)
 template <class T>
 LinearGradients<T> linear_backward_gemm(const xt::xtensor<T, 3>& x, const T* w, std::size_t out,
                                         const xt::xtensor<T, 3>& dy, bool has_bias, int threads) {
   const std::size_t rows = x.shape(0) * x.shape(1), in = x.shape(2);
-  threads = threads_for(2.0 * static_cast<double>(rows * in * out), /*threshold=*/2e7, threads);  // per GEMM
   LinearGradients<T> g{xt::xtensor<T, 3>::from_shape({x.shape(0), x.shape(1), in}),
                        xt::xtensor<T, 2>::from_shape({out, in}), std::nullopt};
-  parallel_gemm<T>(/*trans_a=*/false, /*trans_b=*/false, rows, in, out, T(1), dy.data(), out, w, in, T(0),
-                   g.input.data(), in, threads);
-  parallel_gemm<T>(/*trans_a=*/true, /*trans_b=*/false, out, in, rows, T(1), dy.data(), out, x.data(), in, T(0),
-                   g.weight.data(), in, threads);
-  if (has_bias) {
-    xt::xtensor<T, 1> db = xt::zeros<T>({out});
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t o = 0; o < out; ++o) db(o) += dy.data()[r * out + o];
-    g.bias = std::move(db);
-  }
+  if (has_bias) g.bias = xt::xtensor<T, 1>::from_shape({out});
+  linear_backward_into(x.data(), rows, in, w, out, dy.data(), g.input.data(), g.weight.data(),
+                       g.bias ? g.bias->data() : nullptr, threads);
   return g;
 }
 
@@ -107,6 +118,18 @@ void head_backward(const HeadsBackward<T>& c, std::size_t b, T* d_scores) {
     gemm<T>(/*trans_a=*/true, /*trans_b=*/false, c.S_keys, D, L, scale, d_scores, S, q, D, T(0), c.dk + out_column, ld);
 }
 
+// x (the caller's layout) as sequence-first rows, (L, N, E): x's own data unless it is
+// batch_first, which is copied into one of `ws`'s buffers.
+template <class T>
+const T* sequence_first_rows(const xt::xarray<T>& x, bool batch_first, Workspace<T>& ws) {
+  if (!batch_first) return x.data();  // (L, N, E), or (L, E) unbatched: the same rows in order
+  const std::size_t N = x.shape(0), L = x.shape(1), E = x.shape(2);
+  T* y = ws.get(L * N * E);
+  for (std::size_t i = 0; i < L; ++i)
+    for (std::size_t n = 0; n < N; ++n) std::copy_n(x.data() + (n * L + i) * E, E, y + (i * N + n) * E);
+  return y;
+}
+
 // reference_backward's steps, on GEMMs over strided heads: the heads split over the
 // library's threads (each with an (L, S') scratch of its own), the linear layers' GEMMs
 // split by rows.
@@ -121,11 +144,21 @@ Gradients<T> fast_backward(const Options& options, const Parameters<T>& params, 
   const int threads = engine_threads();
   Gradients<T> out;
 
-  // 10) the caller's layout undone; 9) out_proj: d_merged (L, N, E), whose heads are strided views
-  const auto d_attn_output = to_seq_first_batched(grad_attn_output, s.batch_first);  // (L, N, E)
-  auto out_proj = linear_backward_gemm(s.merged, params.out_proj_weight.data(), E, d_attn_output, has_bias, threads);
-  out.parameters["out_proj.weight"] = out_proj.weight;
-  if (out_proj.bias) out.parameters["out_proj.bias"] = *out_proj.bias;
+  // The intermediate gradients (dY in sequence-first order, dO, [dq | dk | dv], each
+  // worker's dP) live in this thread's buffers, kept between calls (:workspace); only
+  // the gradients returned are new tensors, each written once where it is returned.
+  Workspace<T>& ws = Workspace<T>::of_this_thread();
+
+  // 10) the caller's layout undone: dY (L, N, E), read where it is unless batch_first
+  const T* d_attn_output = sequence_first_rows(grad_attn_output, s.batched && s.batch_first, ws);
+  // 9) out_proj: dO (L, N, E), out_proj's input gradient, whose heads are strided views
+  T* d_merged = ws.get(L * N * E);
+  auto d_out_weight = xt::xarray<T>::from_shape({E, E});
+  auto d_out_bias = has_bias ? std::optional<xt::xarray<T>>(xt::xarray<T>::from_shape({E})) : std::nullopt;
+  linear_backward_into(s.merged.data(), L * N, E, params.out_proj_weight.data(), E, d_attn_output, d_merged,
+                       d_out_weight.data(), d_out_bias ? d_out_bias->data() : nullptr, threads);
+  out.parameters["out_proj.weight"] = std::move(d_out_weight);
+  if (d_out_bias) out.parameters["out_proj.bias"] = std::move(*d_out_bias);
 
   // 8 to 6) per head, into dq, dk, dv. Self-attention on the packed weight writes them side
   // by side, [dq | dk | dv] (L, N, 3E), for step 3 to take as one linear layer's gradient.
@@ -136,36 +169,51 @@ Gradients<T> fast_backward(const Options& options, const Parameters<T>& params, 
   auto gradient = [products, N](std::size_t len, std::size_t w) -> xt::xtensor<T, 3> {
     return products ? xt::xtensor<T, 3>::from_shape({len, N, w}) : xt::xtensor<T, 3>(xt::zeros<T>({len, N, w}));
   };
-  xt::xtensor<T, 3> dqkv, dq, dk, dv;  // (L, N, 3E); or (L, N, E), (S [+1], N, E) x 2
-  if (one_linear) dqkv = gradient(L, width);
-  else dq = gradient(L, E), dk = gradient(S_keys, E), dv = gradient(S_keys, E);
+  T* dqkv = nullptr;             // (L, N, 3E), one_linear
+  xt::xtensor<T, 3> dq, dk, dv;  // (L, N, E), (S [+1], N, E) x 2, otherwise
+  if (one_linear) {
+    dqkv = ws.get(L * N * width);
+    if (!products) std::fill_n(dqkv, L * N * width, T(0));
+  } else {
+    dq = gradient(L, E), dk = gradient(S_keys, E), dv = gradient(S_keys, E);
+  }
   if (grad_attn_output_weights)
     check_output_weights_gradient(*grad_attn_output_weights, N, H, L, S_total, s.average_attn_weights);
   if (products) {
-    T* q = one_linear ? dqkv.data() : dq.data();
-    T* k = one_linear ? dqkv.data() + E : dk.data();
-    T* v = one_linear ? dqkv.data() + 2 * E : dv.data();
-    const HeadsBackward<T> heads{
-        s, out_proj.input.data(), grad_attn_output_weights, H, E, D, S_total, S_keys, width, q, k, v};
+    T* q = one_linear ? dqkv : dq.data();
+    T* k = one_linear ? dqkv + E : dk.data();
+    T* v = one_linear ? dqkv + 2 * E : dv.data();
+    const HeadsBackward<T> heads{s, d_merged, grad_attn_output_weights, H, E, D, S_total, S_keys, width, q, k, v};
     const double flops = 8.0 * static_cast<double>(B * L * S_total * D);  // four GEMMs a head
     const int head_threads = threads_for(flops, /*threshold=*/2e7, threads);
-    std::vector<std::vector<T>> scratch(static_cast<std::size_t>(head_threads));  // dP, then dS: (L, S') each
-    parallel_for(B, head_threads, [&](std::size_t b, std::size_t worker) {
-      auto& d_scores = scratch[worker];
-      d_scores.resize(L * S_total);
-      head_backward(heads, b, d_scores.data());
-    });
+    auto& scratch = ws.scratch;  // dP, then dS: (L, S') for each worker
+    if (scratch.size() < static_cast<std::size_t>(head_threads)) scratch.resize(static_cast<std::size_t>(head_threads));
+    for (auto& d_scores : scratch)
+      if (d_scores.size() < L * S_total) d_scores.resize(L * S_total);
+    parallel_for(B, head_threads,
+                 [&](std::size_t b, std::size_t worker) { head_backward(heads, b, scratch[worker].data()); });
   }
 
   // 3) self-attention, packed: x [W_q; W_k; W_v]^T + b is one linear layer, and its
   //    dX = [dq | dk | dv] W sums the three uses inside one GEMM, as PyTorch's autograd does
   if (one_linear) {
-    auto in = linear_backward_gemm(s.query, params.in_proj_weight.data(), width, dqkv, has_bias, threads);
-    out.parameters["in_proj_weight"] = std::move(in.weight);
-    if (in.bias) out.parameters["in_proj_bias"] = std::move(*in.bias);
-    out.query = caller_layout(in.input, s.batched, s.batch_first);
+    auto d_weight = xt::xarray<T>::from_shape({width, E});
+    auto d_bias = has_bias ? std::optional<xt::xarray<T>>(xt::xarray<T>::from_shape({width})) : std::nullopt;
+    const bool transpose = s.batched && s.batch_first;         // dX (L, N, E) is then made (N, L, E)
+    auto d_query = xt::xarray<T>::from_shape(s.output_shape);  // the query's shape, as attn_output's
+    T* dx = transpose ? ws.get(L * N * E) : d_query.data();
+    linear_backward_into(s.query.data(), L * N, E, params.in_proj_weight.data(), width, dqkv, dx, d_weight.data(),
+                         d_bias ? d_bias->data() : nullptr, threads);
+    if (transpose)
+      for (std::size_t i = 0; i < L; ++i)
+        for (std::size_t n = 0; n < N; ++n) std::copy_n(dx + (i * N + n) * E, E, d_query.data() + (n * L + i) * E);
+    out.parameters["in_proj_weight"] = std::move(d_weight);
+    if (d_bias) out.parameters["in_proj_bias"] = std::move(*d_bias);
+    out.query = std::move(d_query);
+    ws.keep_within_limit();
     return out;
   }
+  ws.keep_within_limit();  // nothing below points into the buffers
 
   // 4) bias_k, bias_v: the appended position's gradient, summed over the batch
   if (options.add_bias_kv) {

@@ -36,18 +36,22 @@ bool training_forward_applies(const Geometry& g, const StaticKV<T>& statics, std
 
 // The heads of a strided (len, N, E) view copied out: (N*H, len_total, D), rows [0, len)
 // from x, then bias (E) as one more row if given, then zero rows up to len_total
-// (add_zero_attn). x.view(len, N*H, D).transpose(0, 1) with steps 4 and 6 applied.
+// (add_zero_attn). x.view(len, N*H, D).transpose(0, 1) with steps 4 and 6 applied. Each
+// row is written once, the heads shared out over `threads`.
 template <class T>
 xt::xtensor<T, 3> heads_of(const StridedHeads<const T>& x, std::size_t len, std::size_t len_total, std::size_t N,
-                           std::size_t H, std::size_t D, const std::optional<xt::xtensor<T, 3>>& bias) {
-  xt::xtensor<T, 3> heads = xt::zeros<T>({N * H, len_total, D});
-  for (std::size_t n = 0; n < N; ++n)
-    for (std::size_t h = 0; h < H; ++h) {
-      T* head = heads.data() + (n * H + h) * len_total * D;
-      const T* from = x.head(n, h, D);
-      for (std::size_t i = 0; i < len; ++i) std::copy_n(from + i * x.row_stride, D, head + i * D);
-      if (bias) std::copy_n(bias->data() + h * D, D, head + len * D);  // bias_k/bias_v (1, 1, E)
-    }
+                           std::size_t H, std::size_t D, const std::optional<xt::xtensor<T, 3>>& bias, int threads) {
+  auto heads = xt::xtensor<T, 3>::from_shape({N * H, len_total, D});
+  const double values = static_cast<double>(N * H * len_total * D);
+  parallel_for(N * H, threads_for(values, /*threshold=*/1e6, threads), [&](std::size_t b, std::size_t /*worker*/) {
+    const std::size_t n = b / H, h = b % H;
+    T* head = heads.data() + b * len_total * D;
+    const T* from = x.head(n, h, D);
+    for (std::size_t i = 0; i < len; ++i) std::copy_n(from + i * x.row_stride, D, head + i * D);
+    std::size_t row = len;
+    if (bias) std::copy_n(bias->data() + h * D, D, head + row++ * D);  // bias_k/bias_v (1, 1, E)
+    std::fill(head + row * D, head + len_total * D, T(0));             // the zero key, if any
+  });
   return heads;
 }
 
@@ -97,9 +101,9 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const Para
   const std::optional<xt::xtensor<T, 3>> none;
   const auto& bias_k = options.add_bias_kv ? params.bias_k : none;  // (1, 1, E)
   const auto& bias_v = options.add_bias_kv ? params.bias_v : none;
-  auto qh = heads_of(q_view, L, L, N, H, D, none);       // (N*H, L, D)
-  auto kh = heads_of(p.k, S, S_total, N, H, D, bias_k);  // (N*H, S', D)
-  auto vh = heads_of(p.v, S, S_total, N, H, D, bias_v);  // (N*H, S', D)
+  auto qh = heads_of(q_view, L, L, N, H, D, none, c.threads);       // (N*H, L, D)
+  auto kh = heads_of(p.k, S, S_total, N, H, D, bias_k, c.threads);  // (N*H, S', D)
+  auto vh = heads_of(p.v, S, S_total, N, H, D, bias_v, c.threads);  // (N*H, S', D)
   for (std::size_t i = 0; i < S_total - S; ++i) masks.pad_for_extra_key();
   scale_query(c, p.q);
   // 7) the masks stay separate, added in the softmax's row kernel; the causal hint made full
@@ -130,14 +134,24 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const Para
   parallel_for(B, threads_for(flops, /*threshold=*/4e6, c.threads),
                [&](std::size_t b, std::size_t /*worker*/) { head_forward(s, q_view, additive, H, D, b); });
 
-  // 9) out_proj: (L*N, E) x (E, E) -> (L, N, E); 10) the caller's layout and the weights
-  xt::xtensor<T, 3> attn_output = xt::xtensor<T, 3>::from_shape({L, N, E});
+  // 9) out_proj: (L*N, E) x (E, E) -> (L, N, E); 10) the caller's layout and the weights.
+  //    Sequence-first and unbatched outputs hold the rows of (L, N, E) in order, so out_proj
+  //    writes straight into the returned tensor; batch_first is transposed after.
   const T* bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
-  parallel_linear_into(s.merged.data(), L * N, E, LinearWeight<T>{wt->out_proj.data(), E, true}, E, bias,
-                       attn_output.data(), c.threads);
-  ws.keep_within_limit();  // nothing points into the buffers any more
+  auto out_proj = [&](T* y) {
+    parallel_linear_into(s.merged.data(), L * N, E, LinearWeight<T>{wt->out_proj.data(), E, true}, E, bias, y,
+                         c.threads);
+  };
   Output<T> out;
-  out.attn_output = caller_layout(attn_output, g.batched, options.batch_first);
+  if (batch_first) {
+    auto attn_output = xt::xtensor<T, 3>::from_shape({L, N, E});
+    out_proj(attn_output.data());
+    out.attn_output = caller_layout(attn_output, g.batched, options.batch_first);
+  } else {
+    out.attn_output = xt::xarray<T>::from_shape(query.shape());  // (L, N, E), or (L, E) unbatched
+    out_proj(out.attn_output.data());
+  }
+  ws.keep_within_limit();  // nothing points into the buffers any more
   if (opts.need_weights)
     out.attn_output_weights =
         output_weights(s.weights_after_dropout().data(), N, H, L, S_total, opts.average_attn_weights, g.batched);
