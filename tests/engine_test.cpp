@@ -516,3 +516,44 @@ TEST_CASE("a thread's buffers are released on request, and a forward past the li
   threaded_forward(module);
   REQUIRE(mha::thread_buffer_bytes() == kept);
 }
+
+namespace {
+
+// Every gradient of `a` equal, bit for bit, to the same one of `b`.
+bool same_gradients(const mha::Gradients<float>& a, const mha::Gradients<float>& b) {
+  if (a.query.has_value() != b.query.has_value() || a.parameters.size() != b.parameters.size()) return false;
+  if (a.query && !xt::all(xt::equal(*a.query, *b.query))) return false;
+  for (const auto& [name, gradient] : a.parameters)
+    if (!b.parameters.contains(name) || !xt::all(xt::equal(gradient, b.parameters.at(name)))) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a backward keeps the gradients it only passes on in the thread's buffers, within the same limit") {
+  mha::set_num_threads(2);
+  mha::MultiheadAttention<float> module(mha::Options{.embed_dim = 64, .num_heads = 4}, 5);
+  module.train();  // dropout 0: nothing drawn, every backward the same
+  module.set_attention_path(AttentionPath::fast);
+  Engine g(17);
+  const xt::xarray<float> x = xt::cast<float>(random_tensor({L_threaded, 2, 64}, g));     // (L, N, E)
+  const xt::xarray<float> grad = xt::cast<float>(random_tensor({L_threaded, 2, 64}, g));  // dL/d(attn_output)
+  mha::ForwardOptions<float> opts;
+  opts.need_weights = false;
+  const auto [output, record] = module.forward_for_backward(x, x, x, opts);
+  const std::size_t limit = mha::kept_thread_buffer_bytes();
+  mha::release_thread_buffers();
+  const auto expected = module.backward(record, grad);
+  // dO (L, 2, 64) and [dq | dk | dv] (L, 2, 192), and more: all kept.
+  const std::size_t kept = mha::thread_buffer_bytes();
+  REQUIRE(kept >= 4 * L_threaded * 2 * 64 * sizeof(float));
+  REQUIRE(same_gradients(module.backward(record, grad), expected));  // in the kept buffers, same result
+  REQUIRE(mha::thread_buffer_bytes() == kept);
+
+  mha::set_kept_thread_buffer_bytes(kept - 1);  // this backward's buffers are now "unusually large"
+  REQUIRE(same_gradients(module.backward(record, grad), expected));
+  REQUIRE(mha::thread_buffer_bytes() == 0);
+  mha::set_kept_thread_buffer_bytes(limit);
+  REQUIRE(same_gradients(module.backward(record, grad), expected));
+  REQUIRE(mha::thread_buffer_bytes() == kept);
+}

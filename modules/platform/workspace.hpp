@@ -2,12 +2,13 @@
 //
 // A fast forward works in buffers of its own: q, k and v after the projection, the
 // extended keys, the merged heads, the weights, and one block of scores or one tile per
-// worker. Allocating them and faulting their pages in on every call would cost more than
-// a small forward itself, so each calling thread keeps its buffers from one forward() to
-// the next. Being the thread's and not the module's, they let any number of threads run
-// forward() on one module at once.
+// worker; the backward in the same for the gradients it only passes on (dO, [dq | dk | dv],
+// one (L, S') dP per worker). Allocating them and faulting their pages in on every call
+// would cost more than a small forward itself, so each calling thread keeps its buffers
+// from one call to the next. Being the thread's and not the module's, they let any number
+// of threads run forward() and backward() on one module at once.
 //
-// What a thread keeps is bounded. A forward whose buffers come to more than
+// What a thread keeps is bounded. A forward or backward whose buffers come to more than
 // kept_thread_buffer_bytes() (64 MiB unless set) frees them as it returns, so a server
 // thread that once served an 8K sequence does not hold that memory for the rest of its
 // life; it pays the allocation again on its next forward that large, which at that size
@@ -64,7 +65,7 @@ struct Workspace {
     scratch = {};
     used = 0;
   }
-  // At the end of a forward: everything goes if it holds more than the limit.
+  // At the end of a forward or backward: everything goes if it holds more than the limit.
   void keep_within_limit() {
     if (bytes() > kept_bytes_limit()) release();
   }
@@ -74,20 +75,20 @@ struct Workspace {
 
 export namespace mha {
 
-// The bytes of fast-path buffers the calling thread holds between forwards.
+// The bytes of fast-path buffers the calling thread holds between calls (forward, backward).
 std::size_t thread_buffer_bytes() {
   return detail::Workspace<float>::mine().bytes() + detail::Workspace<double>::mine().bytes();
 }
 
-// Frees the calling thread's fast-path buffers; its next forward allocates them again.
+// Frees the calling thread's fast-path buffers; its next call allocates them again.
 // Other threads' buffers are theirs: each thread releases its own.
 void release_thread_buffers() {
   detail::Workspace<float>::mine().release();
   detail::Workspace<double>::mine().release();
 }
 
-// Sets the most bytes of buffers a thread keeps after a forward (a forward that needed
-// more frees them as it returns); 0 keeps nothing. Process-wide.
+// Sets the most bytes of buffers a thread keeps after a forward or backward (a call that
+// needed more frees them as it returns); 0 keeps nothing. Process-wide.
 void set_kept_thread_buffer_bytes(std::size_t bytes) { detail::kept_bytes_limit() = bytes; }
 
 std::size_t kept_thread_buffer_bytes() { return detail::kept_bytes_limit(); }
