@@ -43,7 +43,7 @@ The graphs (q = x W_q^T + b_q and so on; W^T is what an ONNX MatMul holds, (in, 
       projection, MatMul-Softmax-MatMul), their attn_output alone checked and used. A user
       who wants only attn_output can run one and drop the weights, so they count among
       ONNX Runtime's ways of computing it: at (128, 8, 512, 8) opset-23 Attention giving its
-      softmax measured faster than any graph without it.
+      softmax measured faster than any graph without it in two sittings out of three.
 
 The com.microsoft.MultiHeadAttention graphs are optional: ONNX Runtime's CPU engine may not
 run every form of the op. When one fails to load or to run, the reason goes to stderr and
