@@ -9,6 +9,9 @@
 // One module unit per layer, each file one idea: docs/building.md says why.
 module;
 #include "third_party.hpp"
+#if defined(__x86_64__)
+#include <immintrin.h>  // attention_tiles.hpp: AVX-512 intrinsics, in functions compiled for it
+#endif
 
 export module mha:engine;
 
@@ -18,6 +21,7 @@ import :textbook;
 
 #include "engine/attention_problem.hpp"
 #include "engine/softmax_kernels.hpp"
+#include "engine/attention_tiles.hpp"
 #include "engine/fast_attention.hpp"
 #include "engine/flash_attention.hpp"
 #include "engine/engine.hpp"

@@ -42,6 +42,7 @@
 //   :fast_attention      every batch-head as two GEMMs and one softmax pass
 //   :flash_attention     tiles and an online softmax, the weights never formed
 //   :softmax_kernels     the softmax row kernels and the SIMD level they run at
+//   :attention_tiles     a head's two products on AVX-512 registers, k and v copied once
 //   :attention_problem   heads as strided views, masks as given: what the kernels solve
 //   :linear              the one GEMM entry point, and y = x W^T + b on it
 //

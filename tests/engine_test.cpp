@@ -383,18 +383,21 @@ struct KernelLevel {
   ~KernelLevel() { mha::testing::limit_kernel_simd_level(previous); }
 };
 
-}  // namespace
-
-TEST_CASE("float32 on every path is within float32's rounding of the float64 reference") {
-  // The float32 kernels (the Cephes exp, the 8- and 16-lane masked max loops with their
-  // remainder lanes, the multi-tile online softmax) at odd lengths, with both masks, on
-  // both fast paths: L = 157 and S = 613 are neither lane nor tile multiples, and S spans
-  // several 256-key tiles. The float64 reference of the same weights and inputs is the oracle.
-  constexpr std::size_t L = 157, S = 613, N = 2, E = 64, H = 4;
-  mha::MultiheadAttention<double> reference(mha::Options{.embed_dim = E, .num_heads = H}, 31);
+// The float32 kernels (the Cephes exp, the 8- and 16-lane masked max loops with their
+// remainder lanes, the multi-tile online softmax, the AVX-512 tiles of :attention_tiles)
+// at odd lengths, with both masks, on both fast paths: L = 157 and S = 613 are neither
+// lane nor tile multiples, and S spans several 256-key tiles and 64-key panels. On the
+// tiles, L = 157 is a block of 102 query rows (17 tiles of 6) and one of 55 (9 and a
+// part tile of 1 row), and S = 613 ends in a panel of 37 keys (2 vectors and 5 lanes). With E = 64,
+// H = 4 a head is D = 16 wide, one vector; with E = 60, H = 3 it is D = 20, one vector
+// and 4 lanes. The float64 reference of the same weights and inputs is the oracle.
+void check_float32_against_float64(std::size_t E, std::size_t H) {
+  constexpr std::size_t L = 157, S = 613, N = 2;
+  const auto e = static_cast<std::int64_t>(E), h = static_cast<std::int64_t>(H);
+  mha::MultiheadAttention<double> reference(mha::Options{.embed_dim = e, .num_heads = h}, 31);
   reference.eval();
   reference.set_attention_path(AttentionPath::reference);
-  mha::MultiheadAttention<float> single(mha::Options{.embed_dim = E, .num_heads = H}, 0);
+  mha::MultiheadAttention<float> single(mha::Options{.embed_dim = e, .num_heads = h}, 0);
   single.eval();
   mha::StateDict<float> weights;
   for (const auto& [name, w] : reference.state_dict()) weights.emplace(name, xt::xarray<float>(xt::cast<float>(w)));
@@ -411,22 +414,25 @@ TEST_CASE("float32 on every path is within float32's rounding of the float64 ref
   opts32.key_padding_mask = mha::Mask<float>(padding);
   opts32.attn_mask = mha::Mask<float>(xt::xarray<float>(xt::cast<float>(attn)));
   const xt::xarray<float> q32 = xt::cast<float>(q), kv32 = xt::cast<float>(kv);
-  // float32 (eps 6e-8) through sums of E = 64 products and softmax over 613 keys: the
+  // float32 (eps 6e-8) through sums of E products and softmax over 613 keys: the
   // golden cases' float32 tolerance (PyTorch's defaults, rtol 1.3e-6, atol 1e-5) holds it.
   // Every SIMD build of the kernels this CPU runs: SSE2 (4 lanes), AVX2 (8), AVX-512 (16).
   for (const SimdLevel level : {SimdLevel::sse2, SimdLevel::avx2, SimdLevel::avx512}) {
     if (level > mha::cpu_simd_level()) continue;
     const KernelLevel at_level(level);
     REQUIRE(mha::testing::kernel_simd_level() == level);
-    for (const bool need_weights : {true, false}) {
+    // without weights, with their mean over heads, and with every head's (the fast path's
+    // per-head weights are written by the tiles' q . k^T)
+    for (const auto& [need_weights, average] : {std::pair{false, true}, {true, true}, {true, false}}) {
       opts64.need_weights = opts32.need_weights = need_weights;
+      opts64.average_attn_weights = opts32.average_attn_weights = average;
       const auto expected = reference.forward(q, kv, kv, opts64);
       for (const auto& [path_name, path] : all_paths) {
         if (path == AttentionPath::memory_efficient && need_weights) continue;
         single.set_attention_path(path);
         const auto got = single.forward(q32, kv32, kv32, opts32);
-        const std::string what =
-            fmt::format("float32 {} need_weights={} kernels at {}", path_name, need_weights, mha::to_string(level));
+        const std::string what = fmt::format("float32 E={} H={} {} need_weights={} average={} kernels at {}", E, H,
+                                             path_name, need_weights, average, mha::to_string(level));
         require_close<double>(what + " attn_output", xt::cast<double>(got.attn_output), expected.attn_output, 1.3e-6,
                               1e-5);
         if (need_weights)
@@ -435,6 +441,13 @@ TEST_CASE("float32 on every path is within float32's rounding of the float64 ref
       }
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("float32 on every path is within float32's rounding of the float64 reference") {
+  check_float32_against_float64(/*E=*/64, /*H=*/4);
+  check_float32_against_float64(/*E=*/60, /*H=*/3);
 }
 
 TEST_CASE("the kernels' SIMD level can be limited for a test, and never rises above the CPU's") {

@@ -4,7 +4,9 @@
 //   - q, k and v stay where the in-projection put them, in (L, N, E) or (L, N, 3E)
 //     buffers; a head is a strided view into them (leading dimension N*E or N*3E);
 //   - scores = q_h . k_h^T is a GEMM on those views, output = P . v_h one on v_h's rows
-//     copied next to each other (contiguous_values: S*D values, read faster);
+//     copied next to each other (contiguous_values: S*D values, read faster); for float
+//     on AVX-512 both run on :attention_tiles instead, k_h^T copied once per head too, in
+//     blocks of query rows whose scores stay in L2;
 //   - the mask add, the row maximum, exp and the normalisation are one pass per row,
 //     the mask read from attn_mask and key_padding_mask as given, never merged into a
 //     (N*H, L, S) tensor; when the weights are not returned, the division by the row's
@@ -21,7 +23,7 @@
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, b = n*H + h.
 //
 // Included by modules/engine/engine.hpp, in its module purview: no module line of its own.
-// Uses :random, :threads, :linear, :attention_problem, :softmax_kernels.
+// Uses :random, :threads, :linear, :attention_problem, :softmax_kernels, :attention_tiles.
 
 namespace mha::detail {
 
@@ -60,20 +62,36 @@ struct ExpRows {
 
 // How many query rows a head works on at a time: their (rows, S) scores take at most
 // 4 MiB, so the scratch stays bounded however long the sequences. A block smaller than the
-// head costs OpenBLAS a new packing of k and v for each block; at L = S = 1024 in float a
-// head still fits whole, and splitting it to fit a 1 MiB L2 cache measured slower here.
+// head costs a library GEMM a new copy of k and v for each block; at L = S = 1024 in float
+// a head still fits whole, and splitting it to fit a 1 MiB L2 cache measured slower here.
+// On the tiles (:attention_tiles), k and v are copied once per head, and a block's scores
+// take at most 256 KiB, to stay in L2 from q . k^T through the softmax to P . v.
 template <class T>
-std::size_t rows_per_block(std::size_t L, std::size_t S) {
-  const std::size_t fit = (std::size_t{4} * 1024 * 1024 / sizeof(T)) / std::max<std::size_t>(S, 1);
-  return std::clamp<std::size_t>(fit, 16, std::max<std::size_t>(L, 1));
+std::size_t rows_per_block(std::size_t L, std::size_t S, bool tiles = false) {
+  const std::size_t bytes = tiles ? std::size_t{256} * 1024 : std::size_t{4} * 1024 * 1024;
+  const std::size_t fit = bytes / sizeof(T) / std::max<std::size_t>(S, 1);
+  const std::size_t least = tiles ? tile_rows : 16;
+  return std::clamp<std::size_t>(tiles ? fit / tile_rows * tile_rows : fit, least, std::max<std::size_t>(L, 1));
 }
+
+// What a head's blocks multiply by, copied once per head: v_h (S, D) rows next to each
+// other (contiguous_values), and on the tiles k_h^T as key_panels (else nullptr: the GEMM
+// reads k_h where it is).
+template <class T>
+struct HeadOperands {
+  const T* v = nullptr;
+  const T* key_panels = nullptr;
+};
 
 // scores = q_h . k_h^T for query rows [first, first + rows) of batch entry n, head h:
 // (rows, D) x (D, S) -> (rows, S), straight from the strided views.
 template <class T>
 void block_scores(const AttentionProblem<T>& pb, std::size_t n, std::size_t h, std::size_t first, std::size_t rows,
-                  T* scores) {
+                  const HeadOperands<T>& operands, T* scores) {
   const T* q = pb.q.head(n, h, pb.D) + first * pb.q.row_stride;
+  if constexpr (std::is_same_v<T, float>) {
+    if (operands.key_panels) return tiled_scores(q, pb.q.row_stride, rows, operands.key_panels, pb.S, pb.D, scores);
+  }
   gemm<T>(/*trans_a=*/false, /*trans_b=*/true, rows, pb.S, pb.D, T(1), q, pb.q.row_stride, pb.k.head(n, h, pb.D),
           pb.k.row_stride, /*beta=*/T(0), scores, pb.S);
 }
@@ -93,12 +111,18 @@ const T* contiguous_values(const AttentionProblem<T>& pb, std::size_t n, std::si
 
 // output_h = P . v_h for the same rows: (rows, S) x (S, D) -> (rows, D), v_h (S, D) as
 // contiguous_values made it, into columns [h*D, (h+1)*D) of the output, (L, N, E) or
-// (N, L, E). Returns the block's first output row.
+// (N, L, E); on the tiles when the head's operands are. Returns the block's first output row.
 template <class T>
 T* block_weighted_values(const AttentionProblem<T>& pb, std::size_t n, std::size_t h, std::size_t first,
-                         std::size_t rows, const T* p, const T* v) {
+                         std::size_t rows, const T* p, const HeadOperands<T>& operands) {
   T* out = pb.out.head(n, h, pb.D) + first * pb.out.row_stride;
-  gemm<T>(/*trans_a=*/false, /*trans_b=*/false, rows, pb.D, pb.S, T(1), p, pb.S, v, pb.D, /*beta=*/T(0), out,
+  if constexpr (std::is_same_v<T, float>) {
+    if (operands.key_panels) {
+      tiled_weighted_values(p, rows, pb.S, operands.v, pb.D, out, pb.out.row_stride);
+      return out;
+    }
+  }
+  gemm<T>(/*trans_a=*/false, /*trans_b=*/false, rows, pb.D, pb.S, T(1), p, pb.S, operands.v, pb.D, /*beta=*/T(0), out,
           pb.out.row_stride);
   return out;
 }
@@ -108,17 +132,17 @@ T* block_weighted_values(const AttentionProblem<T>& pb, std::size_t n, std::size
 // (rows, S) and, without dropout, also added to `total` (rows, S) if one is given.
 template <class T>
 void attend_block(const AttentionProblem<T>& pb, std::size_t b, std::size_t first, std::size_t rows, T* scores,
-                  const T* v, T* total = nullptr) {
+                  const HeadOperands<T>& operands, T* total = nullptr) {
   const std::size_t n = b / pb.H, h = b % pb.H;
   // 1) scores = q_h . k_h^T
-  block_scores(pb, n, h, first, rows, scores);
+  block_scores(pb, n, h, first, rows, operands, scores);
   // 2) mask + softmax per row, 3) dropout (training only), row by row as the reference draws
   if (total) run_for_this_cpu<SoftmaxRowsAddedTo>(scores, first, rows, pb.S, pb.masks, b, n, total);
   else run_for_this_cpu<SoftmaxRows>(scores, first, rows, pb.S, pb.masks, b, n);
   if (pb.dropout_p > 0)
     for (std::size_t i = 0; i < rows; ++i) dropout_row(scores + i * pb.S, pb.S, pb.dropout_p, *pb.generator);
   // 4) output_h = P . v_h
-  block_weighted_values(pb, n, h, first, rows, scores, v);
+  block_weighted_values(pb, n, h, first, rows, scores, operands);
 }
 
 // One block without its weights (need_weights=false, no dropout): softmax(x) v =
@@ -126,14 +150,14 @@ void attend_block(const AttentionProblem<T>& pb, std::size_t b, std::size_t firs
 // instead of S. sums: `rows` values of scratch; v_h (S, D) from contiguous_values.
 template <class T>
 void attend_block_unnormalised(const AttentionProblem<T>& pb, std::size_t b, std::size_t first, std::size_t rows,
-                               T* scores, T* sums, const T* v) {
+                               T* scores, T* sums, const HeadOperands<T>& operands) {
   const std::size_t n = b / pb.H, h = b % pb.H;
   // 1) scores = q_h . k_h^T
-  block_scores(pb, n, h, first, rows, scores);
+  block_scores(pb, n, h, first, rows, operands, scores);
   // 2) mask + exp per row, the row sums aside
   run_for_this_cpu<ExpRows>(scores, first, rows, pb.S, pb.masks, b, n, sums);
   // 3) output_h = exp(...) . v_h, 4) each row divided by its sum
-  T* out = block_weighted_values(pb, n, h, first, rows, scores, v);
+  T* out = block_weighted_values(pb, n, h, first, rows, scores, operands);
   if (pb.S == 0) return;  // no keys: P . v is an empty sum, 0, with no sum to divide by
   for (std::size_t i = 0; i < rows; ++i) {
     const T inverse = T(1) / sums[i];
@@ -142,19 +166,28 @@ void attend_block_unnormalised(const AttentionProblem<T>& pb, std::size_t b, std
 }
 
 // One batch-head, a block of query rows at a time. The weights go to `weights`, this
-// head's (L, S) slice of the returned weights. `scratch` holds v_h, (S, D), then, when the
-// weights are not kept, each block's scores, (rows_per_block, S), and rows_per_block more
-// for the row sums.
+// head's (L, S) slice of the returned weights. `scratch` holds v_h, (S, D), and on the
+// tiles k_h^T's panels (key_panels_size), then, when the weights are not kept, each
+// block's scores, (rows_per_block, S), and rows_per_block more for the row sums.
 template <class T>
 void attend_head(const AttentionProblem<T>& pb, std::size_t b, T* weights, T* scratch) {
-  const std::size_t L = pb.L, S = pb.S, block = rows_per_block<T>(L, S);
-  const T* v = contiguous_values(pb, b / pb.H, b % pb.H, scratch);
+  const std::size_t L = pb.L, S = pb.S, n = b / pb.H, h = b % pb.H;
+  const bool tiles = use_attention_tiles<T>(S, pb.D);
+  const std::size_t block = rows_per_block<T>(L, S, tiles);
+  HeadOperands<T> operands{contiguous_values(pb, n, h, scratch)};
   T* scores = scratch + S * pb.D;
+  if constexpr (std::is_same_v<T, float>) {
+    if (tiles) {
+      key_panels(pb.k.head(n, h, pb.D), pb.k.row_stride, S, pb.D, scores);
+      operands.key_panels = scores;
+      scores += key_panels_size(S, pb.D);
+    }
+  }
   for (std::size_t first = 0; first < L; first += block) {
     const std::size_t rows = std::min(block, L - first);
-    if (weights) attend_block(pb, b, first, rows, weights + first * S, v);
-    else if (pb.dropout_p > 0) attend_block(pb, b, first, rows, scores, v);
-    else attend_block_unnormalised(pb, b, first, rows, scores, scores + block * S, v);
+    if (weights) attend_block(pb, b, first, rows, weights + first * S, operands);
+    else if (pb.dropout_p > 0) attend_block(pb, b, first, rows, scores, operands);
+    else attend_block_unnormalised(pb, b, first, rows, scores, scores + block * S, operands);
   }
 }
 
@@ -162,11 +195,14 @@ void attend_head(const AttentionProblem<T>& pb, std::size_t b, T* weights, T* sc
 // to keep them, or nullptr (one block of scores per worker).
 template <class T>
 void fast_attention(const AttentionProblem<T>& pb, T* weights) {
-  const std::size_t B = pb.N * pb.H, LS = pb.L * pb.S, block = rows_per_block<T>(pb.L, pb.S);
+  const std::size_t B = pb.N * pb.H, LS = pb.L * pb.S;
+  const bool tiles = use_attention_tiles<T>(pb.S, pb.D);
+  const std::size_t block = rows_per_block<T>(pb.L, pb.S, tiles);
   const int threads = attention_threads(pb);
   std::vector<std::vector<T>> local;
   const std::size_t workers = std::min<std::size_t>(B, static_cast<std::size_t>(threads));
-  const std::size_t values = pb.S * pb.D, scores = weights ? 0 : block * pb.S + block;
+  const std::size_t values = pb.S * pb.D + (tiles ? key_panels_size(pb.S, pb.D) : 0);
+  const std::size_t scores = weights ? 0 : block * pb.S + block;
   auto& scratch = worker_scratch(pb, local, workers, values + scores);
   parallel_for(B, threads, [&](std::size_t b, std::size_t worker) {
     attend_head(pb, b, weights ? weights + b * LS : nullptr, scratch[worker].data());
@@ -209,7 +245,8 @@ void fast_attention_averaged(const AttentionProblem<T>& pb, T* mean) {
     for (std::size_t first = begin; first < end; first += block) {
       const std::size_t rows = std::min(block, end - first);
       for (std::size_t h = 0; h < H; ++h)
-        attend_block(pb, n * H + h, first, rows, scores, contiguous_values(pb, n, h, v), m + first * S);
+        attend_block(pb, n * H + h, first, rows, scores, HeadOperands<T>{contiguous_values(pb, n, h, v)},
+                     m + first * S);
     }
     for (std::size_t x = begin * S; x < end * S; ++x) m[x] /= static_cast<T>(H);
   });
