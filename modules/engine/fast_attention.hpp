@@ -226,27 +226,42 @@ inline std::size_t sequence_blocks(std::size_t N, std::size_t L, int threads) {
 // a worker takes a block of rows of one sequence through every head in turn, the softmax
 // adding each head's weights to those rows of the mean, then divides them by H. That is
 // output_weights' sum, in its head order, and its division: the same mean to the last bit.
+// On the tiles, a worker takes its rows head by head instead, k_h and v_h copied once per
+// head for all of its blocks: each entry of the mean still gets the heads in order.
 template <class T>
 void fast_attention_averaged(const AttentionProblem<T>& pb, T* mean) {
-  const std::size_t H = pb.H, L = pb.L, S = pb.S, block = rows_per_block<T>(L, S);
+  const std::size_t H = pb.H, L = pb.L, S = pb.S;
+  const bool tiles = use_attention_tiles<T>(S, pb.D);
+  const std::size_t block = rows_per_block<T>(L, S, tiles);
   const int threads = attention_threads(pb);
   const std::size_t blocks = sequence_blocks(pb.N, L, threads), units = pb.N * blocks;
   std::vector<std::vector<T>> local;
-  const std::size_t values = S * pb.D;  // v_h (S, D), then a block's scores (rows, S)
+  // v_h (S, D), k_h^T's panels on the tiles, then a block's scores (rows, S)
+  const std::size_t operands = S * pb.D + (tiles ? key_panels_size(S, pb.D) : 0);
   auto& scratch =
-      worker_scratch(pb, local, std::min<std::size_t>(units, static_cast<std::size_t>(threads)), values + block * S);
+      worker_scratch(pb, local, std::min<std::size_t>(units, static_cast<std::size_t>(threads)), operands + block * S);
   parallel_for(units, threads, [&](std::size_t unit, std::size_t worker) {
     const std::size_t n = unit / blocks, part = unit % blocks;
     const std::size_t begin = L * part / blocks, end = L * (part + 1) / blocks;
     T* m = mean + n * L * S;  // (L, S): this sequence's mean
     std::fill(m + begin * S, m + end * S, T(0));
     T* v = scratch[worker].data();  // (S, D)
-    T* scores = v + values;         // (rows, S)
-    for (std::size_t first = begin; first < end; first += block) {
-      const std::size_t rows = std::min(block, end - first);
-      for (std::size_t h = 0; h < H; ++h)
-        attend_block(pb, n * H + h, first, rows, scores, HeadOperands<T>{contiguous_values(pb, n, h, v)},
-                     m + first * S);
+    T* scores = v + operands;       // (rows, S)
+    auto attend_rows = [&](std::size_t h, const HeadOperands<T>& head, std::size_t first) {
+      attend_block(pb, n * H + h, first, std::min(block, end - first), scores, head, m + first * S);
+    };
+    if (tiles) {
+      if constexpr (std::is_same_v<T, float>) {
+        T* panels = v + S * pb.D;
+        for (std::size_t h = 0; h < H; ++h) {
+          key_panels(pb.k.head(n, h, pb.D), pb.k.row_stride, S, pb.D, panels);
+          const HeadOperands<T> head{contiguous_values(pb, n, h, v), panels};
+          for (std::size_t first = begin; first < end; first += block) attend_rows(h, head, first);
+        }
+      }
+    } else {
+      for (std::size_t first = begin; first < end; first += block)
+        for (std::size_t h = 0; h < H; ++h) attend_rows(h, HeadOperands<T>{contiguous_values(pb, n, h, v)}, first);
     }
     for (std::size_t x = begin * S; x < end * S; ++x) m[x] /= static_cast<T>(H);
   });
