@@ -119,27 +119,12 @@ inline void tiled_product(std::size_t rows, std::size_t columns, std::size_t K, 
   std::size_t i = 0;
   for (; i + tile_rows <= rows; i += tile_rows)
     rows_product<tile_rows>(columns, K, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
-  const float* ai = a + i * lda;
-  float* ci = c + i * ldc;
-  switch (rows - i) {
-    case 5:
-      rows_product<5>(columns, K, ai, lda, b, ldb, ci, ldc);
-      break;
-    case 4:
-      rows_product<4>(columns, K, ai, lda, b, ldb, ci, ldc);
-      break;
-    case 3:
-      rows_product<3>(columns, K, ai, lda, b, ldb, ci, ldc);
-      break;
-    case 2:
-      rows_product<2>(columns, K, ai, lda, b, ldb, ci, ldc);
-      break;
-    case 1:
-      rows_product<1>(columns, K, ai, lda, b, ldb, ci, ldc);
-      break;
-    default:
-      break;
-  }
+  // the last 1 to 5 rows, if any: rows_product for that many rows
+  using PartTile =
+      void (*)(std::size_t, std::size_t, const float*, std::size_t, const float*, std::size_t, float*, std::size_t);
+  static constexpr PartTile part_tile[tile_rows] = {nullptr,         rows_product<1>, rows_product<2>,
+                                                    rows_product<3>, rows_product<4>, rows_product<5>};
+  if (i < rows) part_tile[rows - i](columns, K, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
 }
 
 #endif
