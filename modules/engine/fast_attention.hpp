@@ -109,6 +109,27 @@ const T* contiguous_values(const AttentionProblem<T>& pb, std::size_t n, std::si
   return into;
 }
 
+// Floats of scratch that head_operands takes: v_h (S, D), and on the tiles k_h^T's panels.
+template <class T>
+std::size_t head_operands_size(const AttentionProblem<T>& pb, bool tiles) {
+  return pb.S * pb.D + (tiles ? key_panels_size(pb.S, pb.D) : 0);
+}
+
+// The operands of batch entry n, head h, copied into `scratch` (head_operands_size): v_h
+// by contiguous_values, and on the tiles k_h^T by key_panels after it.
+template <class T>
+HeadOperands<T> head_operands(const AttentionProblem<T>& pb, std::size_t n, std::size_t h, bool tiles, T* scratch) {
+  HeadOperands<T> operands{contiguous_values(pb, n, h, scratch)};
+  if constexpr (std::is_same_v<T, float>) {
+    if (tiles) {
+      T* panels = scratch + pb.S * pb.D;
+      key_panels(pb.k.head(n, h, pb.D), pb.k.row_stride, pb.S, pb.D, panels);
+      operands.key_panels = panels;
+    }
+  }
+  return operands;
+}
+
 // output_h = P . v_h for the same rows: (rows, S) x (S, D) -> (rows, D), v_h (S, D) as
 // contiguous_values made it, into columns [h*D, (h+1)*D) of the output, (L, N, E) or
 // (N, L, E); on the tiles when the head's operands are. Returns the block's first output row.
@@ -171,18 +192,11 @@ void attend_block_unnormalised(const AttentionProblem<T>& pb, std::size_t b, std
 // block's scores, (rows_per_block, S), and rows_per_block more for the row sums.
 template <class T>
 void attend_head(const AttentionProblem<T>& pb, std::size_t b, T* weights, T* scratch) {
-  const std::size_t L = pb.L, S = pb.S, n = b / pb.H, h = b % pb.H;
+  const std::size_t L = pb.L, S = pb.S;
   const bool tiles = use_attention_tiles<T>(S, pb.D);
   const std::size_t block = rows_per_block<T>(L, S, tiles);
-  HeadOperands<T> operands{contiguous_values(pb, n, h, scratch)};
-  T* scores = scratch + S * pb.D;
-  if constexpr (std::is_same_v<T, float>) {
-    if (tiles) {
-      key_panels(pb.k.head(n, h, pb.D), pb.k.row_stride, S, pb.D, scores);
-      operands.key_panels = scores;
-      scores += key_panels_size(S, pb.D);
-    }
-  }
+  const HeadOperands<T> operands = head_operands(pb, b / pb.H, b % pb.H, tiles, scratch);
+  T* scores = scratch + head_operands_size(pb, tiles);
   for (std::size_t first = 0; first < L; first += block) {
     const std::size_t rows = std::min(block, L - first);
     if (weights) attend_block(pb, b, first, rows, weights + first * S, operands);
@@ -201,9 +215,8 @@ void fast_attention(const AttentionProblem<T>& pb, T* weights) {
   const int threads = attention_threads(pb);
   std::vector<std::vector<T>> local;
   const std::size_t workers = std::min<std::size_t>(B, static_cast<std::size_t>(threads));
-  const std::size_t values = pb.S * pb.D + (tiles ? key_panels_size(pb.S, pb.D) : 0);
   const std::size_t scores = weights ? 0 : block * pb.S + block;
-  auto& scratch = worker_scratch(pb, local, workers, values + scores);
+  auto& scratch = worker_scratch(pb, local, workers, head_operands_size(pb, tiles) + scores);
   parallel_for(B, threads, [&](std::size_t b, std::size_t worker) {
     attend_head(pb, b, weights ? weights + b * LS : nullptr, scratch[worker].data());
   });
@@ -236,8 +249,8 @@ void fast_attention_averaged(const AttentionProblem<T>& pb, T* mean) {
   const int threads = attention_threads(pb);
   const std::size_t blocks = sequence_blocks(pb.N, L, threads), units = pb.N * blocks;
   std::vector<std::vector<T>> local;
-  // v_h (S, D), k_h^T's panels on the tiles, then a block's scores (rows, S)
-  const std::size_t operands = S * pb.D + (tiles ? key_panels_size(S, pb.D) : 0);
+  // a head's operands (head_operands), then a block's scores (rows, S)
+  const std::size_t operands = head_operands_size(pb, tiles);
   auto& scratch =
       worker_scratch(pb, local, std::min<std::size_t>(units, static_cast<std::size_t>(threads)), operands + block * S);
   parallel_for(units, threads, [&](std::size_t unit, std::size_t worker) {
@@ -245,23 +258,19 @@ void fast_attention_averaged(const AttentionProblem<T>& pb, T* mean) {
     const std::size_t begin = L * part / blocks, end = L * (part + 1) / blocks;
     T* m = mean + n * L * S;  // (L, S): this sequence's mean
     std::fill(m + begin * S, m + end * S, T(0));
-    T* v = scratch[worker].data();  // (S, D)
-    T* scores = v + operands;       // (rows, S)
+    T* copies = scratch[worker].data();  // head_operands
+    T* scores = copies + operands;       // (rows, S)
     auto attend_rows = [&](std::size_t h, const HeadOperands<T>& head, std::size_t first) {
       attend_block(pb, n * H + h, first, std::min(block, end - first), scores, head, m + first * S);
     };
-    if (tiles) {
-      if constexpr (std::is_same_v<T, float>) {
-        T* panels = v + S * pb.D;
-        for (std::size_t h = 0; h < H; ++h) {
-          key_panels(pb.k.head(n, h, pb.D), pb.k.row_stride, S, pb.D, panels);
-          const HeadOperands<T> head{contiguous_values(pb, n, h, v), panels};
-          for (std::size_t first = begin; first < end; first += block) attend_rows(h, head, first);
-        }
+    if (tiles) {  // head by head, each head's operands copied once
+      for (std::size_t h = 0; h < H; ++h) {
+        const HeadOperands<T> head = head_operands(pb, n, h, tiles, copies);
+        for (std::size_t first = begin; first < end; first += block) attend_rows(h, head, first);
       }
-    } else {
+    } else {  // block by block, every head through each
       for (std::size_t first = begin; first < end; first += block)
-        for (std::size_t h = 0; h < H; ++h) attend_rows(h, HeadOperands<T>{contiguous_values(pb, n, h, v)}, first);
+        for (std::size_t h = 0; h < H; ++h) attend_rows(h, head_operands(pb, n, h, tiles, copies), first);
     }
     for (std::size_t x = begin * S; x < end * S; ++x) m[x] /= static_cast<T>(H);
   });
