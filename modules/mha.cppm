@@ -44,11 +44,12 @@
 //   :softmax_kernels     the softmax row kernels and the SIMD level they run at
 //   :attention_tiles     a head's two products on AVX-512 registers, k and v copied once
 //   :attention_problem   heads as strided views, masks as given: what the kernels solve
+//   :packed_linear       a float linear layer on oneDNN's matmul, W^T reordered once
 //   :linear              the one GEMM entry point, and y = x W^T + b on it
 //
 // Each name above is one file, :attention being textbook/attention.hpp. The files are in
 // four layers, each one module partition that includes its files, each file after those it
-// uses: mha:platform (modules/platform/: :cpu to :workspace, and :linear), mha:textbook
+// uses: mha:platform (modules/platform/: :cpu to :workspace, :packed_linear and :linear), mha:textbook
 // (modules/textbook/), mha:engine (modules/engine/) and mha:api (modules/api/: :functional,
 // :multihead_attention, :kv_cache). docs/building.md has the figures of why.
 export module mha;

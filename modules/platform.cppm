@@ -2,14 +2,16 @@
 //
 // The CPU's vector instruction sets (cpu.hpp), which OpenBLAS kernel runs (blas.hpp), oneDNN
 // or OpenBLAS for the float GEMMs (gemm_library.hpp), the library's pool of threads
-// (threads.hpp), the fast paths' buffers (workspace.hpp), and the one GEMM entry point that
-// every linear layer calls (linear.hpp, internal). Nothing here knows of attention.
+// (threads.hpp), the fast paths' buffers (workspace.hpp), a float linear layer on oneDNN's
+// matmul with its weight reordered once (packed_linear.hpp, internal), and the one GEMM entry
+// point that every linear layer calls (linear.hpp, internal). Nothing here knows of attention.
 //
 // One module unit per layer, each file one idea: docs/building.md says why.
 module;
 #include "third_party.hpp"
 #if MHA_ONEDNN
-#include <dnnl.h>  // gemm_library.hpp
+#include <dnnl.h>    // gemm_library.hpp
+#include <dnnl.hpp>  // packed_linear.hpp
 #endif
 
 export module mha:platform;
@@ -21,4 +23,5 @@ import mha.core;
 #include "platform/workspace.hpp"
 #include "platform/blas.hpp"
 #include "platform/gemm_library.hpp"
+#include "platform/packed_linear.hpp"
 #include "platform/linear.hpp"

@@ -115,6 +115,62 @@ TEST_CASE("oneDNN and OpenBLAS give the same float forward and backward, both he
   mha::use_gemm_library(built);
 }
 
+// The fast forward's float projections run on oneDNN's matmul, with W^T reordered once per
+// version of the weights (:packed_linear); the readable path's run on dnnl_sgemm with the
+// bias copied in first. Both are held to each other after every kind of change a module's
+// weights can go through, for self-attention, key is value, three inputs and separate
+// projection weights, and at 75 row counts: more than the 64 matmuls a packed weight keeps,
+// so the last ones run on dnnl_sgemm again.
+TEST_CASE("the float projections on oneDNN follow every change of the weights, at every row count") {
+  mha::set_num_threads(2);
+  mha::Generator g(21);
+  const bool separate = GENERATE(false, true);
+  mha::Options o;
+  o.embed_dim = E, o.num_heads = H, o.separate_projections = separate;
+  INFO((separate ? "separate projection weights" : "packed in_proj_weight"));
+  mha::MultiheadAttention<float> fast(o, /*seed=*/5);
+  fast.set_attention_path(AttentionPath::fast);
+  auto reference = [&](const xt::xarray<float>& q, const xt::xarray<float>& k, const xt::xarray<float>& v) {
+    auto r = fast;
+    r.set_attention_path(AttentionPath::reference);
+    return r.forward(q, k, v).attn_output;
+  };
+  // float32 against float32 in another order (bias after the products, other kernels):
+  // a few 1e-6 relative, as in the test above; a stale or misplaced weight is off by O(1).
+  constexpr double rtol = 2e-5, atol = 2e-5;
+  const xt::xarray<float> x = mha_test::random_tensor<float>({L, N, E}, g);        // (L, N, E)
+  const xt::xarray<float> memory = mha_test::random_tensor<float>({80, N, E}, g);  // (S, N, E)
+  const xt::xarray<float> value = mha_test::random_tensor<float>({80, N, E}, g);   // (S, N, E)
+  auto check_every_input = [&](const std::string& when) {
+    INFO(when);
+    mha_test::require_close("self-attention", fast.forward(x, x, x).attn_output, reference(x, x, x), rtol, atol);
+    mha_test::require_close("key is value", fast.forward(x, memory, memory).attn_output, reference(x, memory, memory),
+                            rtol, atol);
+    mha_test::require_close("three inputs", fast.forward(x, memory, value).attn_output, reference(x, memory, value),
+                            rtol, atol);
+  };
+  check_every_input("the weights it was made with");
+  for (const auto& name : fast.parameter_names()) {
+    const auto before = fast.forward(x, memory, value).attn_output;
+    // new values of the initial weights' size (1 / sqrt(E)): values near 1 would make
+    // scores of ~sqrt(E) whose softmax magnifies the last bits past any float tolerance
+    const xt::xarray<float> w = mha_test::random_tensor<float>(fast.parameter_shape(name), g) / std::sqrt(float(E));
+    fast.set_parameter(name, w);
+    REQUIRE_FALSE(xt::allclose(fast.forward(x, memory, value).attn_output, before, rtol, atol));
+    check_every_input("after set_parameter(\"" + name + "\")");
+  }
+  // L = 6 .. 80 with N = 1 on one thread: every in-projection of at least 6 x 384 x 128
+  // multiply-adds, past oneDNN's threshold, and each a GEMM of its own row count.
+  mha::set_num_threads(1);
+  for (std::size_t len = 6; len <= 80; ++len) {
+    INFO("L = " << len);
+    const xt::xarray<float> seq = xt::view(x, xt::range(0, len), xt::range(0, 1), xt::all());  // (len, 1, E)
+    mha_test::require_close("self-attention", fast.forward(seq, seq, seq).attn_output, reference(seq, seq, seq), rtol,
+                            atol);
+  }
+  mha::set_num_threads(2);
+}
+
 #if MHA_ONEDNN
 // oneDNN threads its GEMMs with OpenMP as the calling thread's setting says; the library
 // holds it to one thread for each call. Whatever the caller had set stays set.

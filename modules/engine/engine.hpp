@@ -26,13 +26,16 @@ namespace mha::detail {
 
 // The projection weights transposed, W^T (in, out): y = x W^T + b is then the plain GEMM
 // x . (W^T), which OpenBLAS runs without repacking W on every call (about 30% faster at
-// E = 64, 7% at E = 1024). They cost as much memory again as the weights.
+// E = 64, 7% at E = 1024). They cost as much memory again as the weights, and for float
+// GEMMs on oneDNN the blocks of W^T that a forward multiplies by, reordered for its matmul
+// (:packed_linear), as much again.
 template <class T>
 struct TransposedWeights {
-  std::uint64_t version = 0;   // the Parameters::version they were made from
-  xt::xtensor<T, 2> in_proj;   // (E, 3E): columns [0, E) W_q^T, [E, 2E) W_k^T, [2E, 3E) W_v^T
-  xt::xtensor<T, 2> q, k, v;   // separate: W_q^T (E, E), W_k^T (Ek, E), W_v^T (Ev, E)
-  xt::xtensor<T, 2> out_proj;  // (E, E)
+  std::uint64_t version = 0;     // the Parameters::version they were made from
+  xt::xtensor<T, 2> in_proj;     // (E, 3E): columns [0, E) W_q^T, [E, 2E) W_k^T, [2E, 3E) W_v^T
+  xt::xtensor<T, 2> q, k, v;     // separate: W_q^T (E, E), W_k^T (Ek, E), W_v^T (Ev, E)
+  xt::xtensor<T, 2> out_proj;    // (E, E)
+  mutable PackedWeights packed;  // blocks of the above, made as forwards first use them
 
   explicit TransposedWeights(const Parameters<T>& p) : version(p.version) {
     auto t = [](const xt::xtensor<T, 2>& w) { return xt::xtensor<T, 2>(xt::transpose(w)); };
@@ -52,6 +55,7 @@ struct Projection {
 // What one fast forward works with: its sizes, its thread's buffers and its threads.
 // scale_q: q leaves the in-projection already scaled by sqrt(1/D) (the inference forward);
 // the training forward keeps q unscaled for the backward and scales it itself.
+// packed: the packed blocks of this version's W^T (TransposedWeights::packed).
 template <class T>
 struct FastCall {
   const Geometry& g;
@@ -59,7 +63,20 @@ struct FastCall {
   Workspace<T>& ws;
   int threads;
   bool scale_q = false;
+  PackedWeights* packed = nullptr;
 };
+
+// w, a block of W^T (in, out), with the same block reordered for oneDNN's matmul when
+// oneDNN runs float GEMMs of `rows` rows of it (:packed_linear), made at its first use.
+template <class T>
+LinearWeight<T> with_packed(const FastCall<T>& c, LinearWeight<T> w, std::size_t rows, std::size_t in,
+                            std::size_t out) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (c.packed && w.transposed && gemm_library_for(rows, out, in) == GemmLibrary::onednn)
+      w.packed = c.packed->of(w.data, w.ld, in, out);
+  }
+  return w;
+}
 
 // q *= sqrt(1/D) (attention_scale) on one block of the in-projection's output y, whose
 // rows are `width` wide with q in their first E columns: PyTorch scales q before q . k^T,
@@ -83,8 +100,8 @@ StridedHeads<T> project_into(const FastCall<T>& c, const xt::xarray<T>& x, const
   const std::size_t rows = layout.len * layout.N;
   T* y = c.ws.get(rows * width);
   const bool scale = c.scale_q && first == 0;
-  parallel_linear_into(x.data(), rows, layout.width, w, width, bias ? bias + first : nullptr, y, c.threads,
-                       [&](const OutputBlock& block) {
+  parallel_linear_into(x.data(), rows, layout.width, with_packed(c, w, rows, layout.width, width), width,
+                       bias ? bias + first : nullptr, y, c.threads, [&](const OutputBlock& block) {
                          if (scale) scale_query_block(c, y, width, block);
                        });
   return {y, layout.row_stride(width), layout.batch_stride(width), 0};
@@ -259,8 +276,9 @@ public:
     // is over before a second thread would start.
     const double flops = 8.0 * double(L * N) * double(E * E) + 4.0 * double(N * L * S) * double(E);
     Workspace<T>& ws = Workspace<T>::of_this_thread();
-    const FastCall<T> c{g, E, s.H, s.D, ws, threads_for(flops, /*threshold=*/2e7, engine_threads()), /*scale_q=*/true};
     const auto wt = transposed(params);  // W^T of this version of the weights
+    const FastCall<T> c{
+        g, E, s.H, s.D, ws, threads_for(flops, /*threshold=*/2e7, engine_threads()), /*scale_q=*/true, &wt->packed};
 
     // 3) in-projection, q scaled by sqrt(1/D) in its buffer as it is written (c.scale_q)
     Projection<T> p = project(c, params, *wt, query, key, value, statics);  // q (L, N, E), k and v (S, N, E)
@@ -293,8 +311,8 @@ public:
     //    layout is the query's: (L, N, E), (N, L, E) batch_first or (L, E) unbatched
     out.attn_output = xt::xarray<T>::from_shape(query.shape());
     const T* bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
-    parallel_linear_into(heads, L * N, E, LinearWeight<T>{wt->out_proj.data(), E, true}, E, bias,
-                         out.attn_output.data(), c.threads);
+    parallel_linear_into(heads, L * N, E, with_packed(c, LinearWeight<T>{wt->out_proj.data(), E, true}, L * N, E, E), E,
+                         bias, out.attn_output.data(), c.threads);
     ws.keep_within_limit();  // nothing points into the buffers any more
     return out;
   }

@@ -132,20 +132,22 @@ HeadOperands<T> head_operands(const AttentionProblem<T>& pb, std::size_t n, std:
 
 // output_h = P . v_h for the same rows: (rows, S) x (S, D) -> (rows, D), v_h (S, D) as
 // contiguous_values made it, into columns [h*D, (h+1)*D) of the output, (L, N, E) or
-// (N, L, E); on the tiles when the head's operands are. Returns the block's first output row.
+// (N, L, E); on the tiles when the head's operands are. With row_scale (rows values),
+// row i of output_h is then multiplied by row_scale[i]; the tiles do it as they store it.
 template <class T>
-T* block_weighted_values(const AttentionProblem<T>& pb, std::size_t n, std::size_t h, std::size_t first,
-                         std::size_t rows, const T* p, const HeadOperands<T>& operands) {
+void block_weighted_values(const AttentionProblem<T>& pb, std::size_t n, std::size_t h, std::size_t first,
+                           std::size_t rows, const T* p, const HeadOperands<T>& operands,
+                           const T* row_scale = nullptr) {
   T* out = pb.out.head(n, h, pb.D) + first * pb.out.row_stride;
   if constexpr (std::is_same_v<T, float>) {
-    if (operands.key_panels) {
-      tiled_weighted_values(p, rows, pb.S, operands.v, pb.D, out, pb.out.row_stride);
-      return out;
-    }
+    if (operands.key_panels)
+      return tiled_weighted_values(p, rows, pb.S, operands.v, pb.D, out, pb.out.row_stride, row_scale);
   }
   gemm<T>(/*trans_a=*/false, /*trans_b=*/false, rows, pb.D, pb.S, T(1), p, pb.S, operands.v, pb.D, /*beta=*/T(0), out,
           pb.out.row_stride);
-  return out;
+  if (row_scale)
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t d = 0; d < pb.D; ++d) out[i * pb.out.row_stride + d] *= row_scale[i];
 }
 
 // One block of query rows of batch-head b with its weights: scores, mask + softmax,
@@ -177,13 +179,11 @@ void attend_block_unnormalised(const AttentionProblem<T>& pb, std::size_t b, std
   block_scores(pb, n, h, first, rows, operands, scores);
   // 2) mask + exp per row, the row sums aside
   run_for_this_cpu<ExpRows>(scores, first, rows, pb.S, pb.masks, b, n, sums);
-  // 3) output_h = exp(...) . v_h, 4) each row divided by its sum
-  T* out = block_weighted_values(pb, n, h, first, rows, scores, operands);
-  if (pb.S == 0) return;  // no keys: P . v is an empty sum, 0, with no sum to divide by
-  for (std::size_t i = 0; i < rows; ++i) {
-    const T inverse = T(1) / sums[i];
-    for (std::size_t d = 0; d < pb.D; ++d) out[i * pb.out.row_stride + d] *= inverse;
-  }
+  // 3) output_h = exp(...) . v_h, 4) each row divided by its sum: times 1 / sum, the
+  //    inverses in place of the sums. No keys: P . v is an empty sum, 0, with no sum.
+  if (pb.S > 0)
+    for (std::size_t i = 0; i < rows; ++i) sums[i] = T(1) / sums[i];
+  block_weighted_values(pb, n, h, first, rows, scores, operands, pb.S > 0 ? sums : nullptr);
 }
 
 // One batch-head, a block of query rows at a time. The weights go to `weights`, this

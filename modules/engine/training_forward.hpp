@@ -91,8 +91,8 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const Para
   const std::size_t S_total = S + options.add_bias_kv + options.add_zero_attn;  // S'
   const bool batch_first = options.batch_first && g.batched;
   Workspace<T>& ws = Workspace<T>::of_this_thread();
-  const FastCall<T> c{g, E, H, D, ws, engine_threads()};
   const auto wt = engine.transposed(params);  // W^T of this version of the weights
+  const FastCall<T> c{g, E, H, D, ws, engine_threads(), /*scale_q=*/false, &wt->packed};
 
   // 3) in-projection by the engine's GEMMs; the heads saved unscaled, then q scaled in place
   Projection<T> p = project(c, params, *wt, query, key, value, StaticKV<T>{});
@@ -139,7 +139,8 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const Para
   //    writes straight into the returned tensor; batch_first is transposed after.
   const T* bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
   auto out_proj = [&](T* y) {
-    parallel_linear_into(s.merged.data(), L * N, E, LinearWeight<T>{wt->out_proj.data(), E, true}, E, bias, y,
+    parallel_linear_into(s.merged.data(), L * N, E,
+                         with_packed(c, LinearWeight<T>{wt->out_proj.data(), E, true}, L * N, E, E), E, bias, y,
                          c.threads);
   };
   Output<T> out;

@@ -59,6 +59,21 @@ inline std::atomic<GemmLibrary>& float_gemm_library() {
 // Below this many multiply-adds (m * n * k) a float GEMM stays on OpenBLAS (see above).
 constexpr double onednn_smallest_gemm = 256.0 * 1024.0;
 
+#if MHA_ONEDNN
+// OpenMP held to one thread in the calling thread while this lives, then put back as it was
+// (see "Threads" above).
+class OpenmpHeldToOne {
+public:
+  OpenmpHeldToOne() { omp_set_num_threads(1); }
+  OpenmpHeldToOne(const OpenmpHeldToOne&) = delete;
+  OpenmpHeldToOne& operator=(const OpenmpHeldToOne&) = delete;
+  ~OpenmpHeldToOne() { omp_set_num_threads(found_); }
+
+private:
+  int found_ = omp_get_max_threads();
+};
+#endif
+
 // C (m, n) = alpha * op(A) op(B) + beta * C, row-major, on oneDNN in the calling thread;
 // the same contract as gemm() in :linear, which calls it.
 void onednn_sgemm([[maybe_unused]] bool trans_a, [[maybe_unused]] bool trans_b, [[maybe_unused]] std::size_t m,
@@ -68,11 +83,9 @@ void onednn_sgemm([[maybe_unused]] bool trans_a, [[maybe_unused]] bool trans_b, 
                   [[maybe_unused]] std::size_t ldc) {
 #if MHA_ONEDNN
   const auto dim = [](std::size_t x) { return static_cast<dnnl_dim_t>(x); };
-  const int openmp_threads = omp_get_max_threads();
-  omp_set_num_threads(1);
+  const OpenmpHeldToOne one_thread;
   const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', dim(m), dim(n), dim(k), alpha, a,
                                           dim(lda), b, dim(ldb), beta, c, dim(ldc));
-  omp_set_num_threads(openmp_threads);
   // Only arguments gemm() has already made valid can reach here; anything else is a
   // library fault, never silently a wrong product.
   check(status == dnnl_success, "gemm", "expected oneDNN's sgemm to succeed, got status {}", static_cast<int>(status));

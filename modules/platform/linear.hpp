@@ -38,20 +38,28 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
 
 // A linear layer's weight as a GEMM operand: W (out, in) as PyTorch stores it, or W^T
 // (in, out), whose plain GEMM OpenBLAS runs without repacking W on every call (:engine).
-// ld is the leading dimension: a block of columns of a wider W^T is a weight too.
+// ld is the leading dimension: a block of columns of a wider W^T is a weight too. packed:
+// the same W^T reordered for oneDNN's matmul (:packed_linear), or nullptr.
 template <class T>
 struct LinearWeight {
   const T* data = nullptr;
   std::size_t ld = 0;
   bool transposed = false;  // true: data is W^T (in, out)
+  const PackedWeight* packed = nullptr;
 };
 
 // y (rows, out) = x (rows, in) W^T + b: the bias broadcast over the rows first, then the
 // product added on top with beta = 1, so that b + x W^T rounds as PyTorch's addmm does.
 // ldy: y's leading dimension, out or more when y is a block of columns of a wider matrix.
+// A float weight with its packed W^T runs on oneDNN's matmul instead, the bias added after
+// the product (:packed_linear), where oneDNN is the library for a GEMM of this size.
 template <class T>
 void linear_into(const T* x, std::size_t rows, std::size_t in, LinearWeight<T> w, std::size_t out, const T* bias, T* y,
                  std::size_t ldy) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (w.packed && gemm_library_for(rows, out, in) == GemmLibrary::onednn && w.packed->multiply(x, rows, bias, y, ldy))
+      return;
+  }
   for (std::size_t r = 0; r < rows; ++r) {
     T* yr = y + r * ldy;
     if (bias) std::copy(bias, bias + out, yr);
@@ -68,10 +76,11 @@ void linear_into(const T* x, std::size_t rows, std::size_t in, LinearWeight<T> w
   linear_into(x, rows, in, w, out, bias, y, out);
 }
 
-// Columns [first, first + count) of a linear layer's weight: a weight of `count` outputs.
+// Columns [first, first + count) of a linear layer's weight: a weight of `count` outputs
+// (without its packed W^T, which is all of the columns).
 template <class T>
 LinearWeight<T> weight_columns(LinearWeight<T> w, std::size_t first) {
-  return {w.transposed ? w.data + first : w.data + first * w.ld, w.ld, w.transposed};
+  return {w.transposed ? w.data + first : w.data + first * w.ld, w.ld, w.transposed, first == 0 ? w.packed : nullptr};
 }
 
 // A block of a linear layer's output that one thread computes: rows [row, row + rows)
@@ -85,9 +94,13 @@ struct OutputBlock {
 // OpenBLAS pack both operands on every call). Splitting the larger operand packs less:
 // the rows when x is, the columns when W^T is (out > rows). Measured at the in-projection
 // of (1024, 1, 1024, 16), (1024, 1024) x (1024, 3072) on 2 threads: 389-393 GFLOP/s by
-// columns against 375-385 by rows (oneDNN, four rounds).
-inline OutputBlock output_block(std::size_t rows, std::size_t out, std::size_t blocks, std::size_t block) {
-  if (out > rows) {  // by columns, at multiples of 16 (a cache line of floats) where there are enough
+// columns against 375-385 by rows (oneDNN, four rounds). A packed W^T (:packed_linear) is
+// packed once for all calls: then the rows are split (by_columns false).
+inline bool split_by_columns(std::size_t rows, std::size_t out, bool packed) { return out > rows && !packed; }
+
+inline OutputBlock output_block(std::size_t rows, std::size_t out, std::size_t blocks, std::size_t block,
+                                bool by_columns) {
+  if (by_columns) {  // by columns, at multiples of 16 (a cache line of floats) where there are enough
     const std::size_t unit = out >= 16 * blocks ? 16 : 1, units = out / unit;
     const std::size_t first = units * block / blocks * unit;
     const std::size_t last = block + 1 == blocks ? out : units * (block + 1) / blocks * unit;
@@ -104,10 +117,11 @@ template <class T, class AfterBlock>
 void parallel_linear_into(const T* x, std::size_t rows, std::size_t in, LinearWeight<T> w, std::size_t out,
                           const T* bias, T* y, int threads, AfterBlock after_block) {
   // Blocks below 32 rows or columns would leave OpenBLAS's kernels too little to do.
+  const bool by_columns = split_by_columns(rows, out, w.packed != nullptr);
   const std::size_t blocks =
-      std::clamp<std::size_t>(std::max(rows, out) / 32, 1, static_cast<std::size_t>(std::max(1, threads)));
+      std::clamp<std::size_t>((by_columns ? out : rows) / 32, 1, static_cast<std::size_t>(std::max(1, threads)));
   parallel_for(blocks, threads, [&](std::size_t block, std::size_t /*worker*/) {
-    const OutputBlock b = output_block(rows, out, blocks, block);
+    const OutputBlock b = output_block(rows, out, blocks, block, by_columns);
     linear_into(x + b.row * in, b.rows, in, weight_columns(w, b.col), b.cols, bias ? bias + b.col : nullptr,
                 y + b.row * out + b.col, out);
     after_block(b);
