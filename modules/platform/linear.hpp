@@ -57,7 +57,8 @@ template <class T>
 void linear_into(const T* x, std::size_t rows, std::size_t in, LinearWeight<T> w, std::size_t out, const T* bias, T* y,
                  std::size_t ldy) {
   if constexpr (std::is_same_v<T, float>) {
-    if (w.packed && gemm_library_for(rows, out, in) == GemmLibrary::onednn && w.packed->multiply(x, rows, bias, y, ldy))
+    if (w.packed && gemm_library_for(rows, out, in) == GemmLibrary::onednn &&
+        w.packed->multiply(x, rows, in, out, bias, y, ldy))
       return;
   }
   for (std::size_t r = 0; r < rows; ++r) {

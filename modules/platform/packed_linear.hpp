@@ -61,8 +61,9 @@ class PackedWeight {
 public:
   // W^T's block at w, rows ld apart. usable() is false when oneDNN picks no kernel of its
   // own for it (only its reference one) or fails: then linear_into keeps dnnl_sgemm.
-  PackedWeight(const float* w, std::size_t ld, std::size_t in, std::size_t out) : in_(in), out_(out) {
+  PackedWeight(const float* w, std::size_t ld, std::size_t in, std::size_t out) {
 #if MHA_ONEDNN
+    in_ = in, out_ = out;
     try {
       const OpenmpHeldToOne one_thread;
       const auto any = dnnl::memory::desc({static_cast<dnnl::memory::dim>(in), static_cast<dnnl::memory::dim>(out)},
@@ -80,7 +81,7 @@ public:
       usable_ = false;
     }
 #else
-    (void)w, (void)ld;
+    (void)w, (void)ld, (void)in, (void)out;
 #endif
   }
   PackedWeight(const PackedWeight&) = delete;
@@ -90,11 +91,13 @@ public:
   bool usable() const { return usable_; }
 
   // y (rows, out), rows ldy apart = x (rows, in) . W^T + bias (out, or nullptr), on the
-  // calling thread. False, with y untouched, where there is no matmul for this call.
-  bool multiply([[maybe_unused]] const float* x, [[maybe_unused]] std::size_t rows, [[maybe_unused]] const float* bias,
-                [[maybe_unused]] float* y, [[maybe_unused]] std::size_t ldy) const {
+  // calling thread. False, with y untouched, where there is no matmul for this call, or
+  // in and out are not this weight's.
+  bool multiply([[maybe_unused]] const float* x, [[maybe_unused]] std::size_t rows, [[maybe_unused]] std::size_t in,
+                [[maybe_unused]] std::size_t out, [[maybe_unused]] const float* bias, [[maybe_unused]] float* y,
+                [[maybe_unused]] std::size_t ldy) const {
 #if MHA_ONEDNN
-    if (!usable_ || rows == 0) return false;
+    if (!usable_ || rows == 0 || in != in_ || out != out_) return false;
     const Matmul* m = matmul_for(rows, bias != nullptr, ldy);
     if (!m) return false;
     thread_local std::vector<std::byte> scratch;
@@ -165,8 +168,8 @@ private:
   dnnl::memory packed_;
   mutable std::mutex mutex_;
   mutable std::deque<Matmul> matmuls_;  // a deque: a Matmul stays where it is as more are made
+  std::size_t in_ = 0, out_ = 0;
 #endif
-  std::size_t in_, out_;
   bool usable_ = false;
 };
 
