@@ -8,8 +8,8 @@
 // it. Measured on the machine of docs/performance.md, one GEMM per core on 2 cores, the
 // in-projection of (128, 8, 512, 8), (1024, 512) x (512, 1536): 4.50 ms against 4.83 for
 // dnnl_sgemm (356 against 333 GFLOP/s), and its out-projection, (1024, 512) x (512, 512),
-// 1.43 ms against 1.55; the whole forward took 7.1 ms against 7.6-8.0 (docs/performance.md,
-// "The projections on oneDNN's matmul").
+// 1.43 ms against 1.55 (a one-off program around the same calls). The whole forward, before
+// and after: docs/performance.md, "The projections on oneDNN's matmul".
 //
 // The sum is the same, y(i, j) = b(j) + sum_k x(i, k) W^T(k, j), with b added after the
 // products instead of before them: like two GEMM libraries, the two orders differ in the
