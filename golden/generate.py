@@ -26,7 +26,7 @@ in golden/generator/functional.py.
 Run it from anywhere (Debian's /usr/bin/python3: that is where PyTorch is installed):
 
     golden/generate.py                  # rewrite golden/: cases/, layouts/, weights/,
-                                        # training/
+                                        # training/ (under 2.6: golden/pytorch-2.6/cases/)
     golden/generate.py --out DIR        # write those four folders into DIR instead
     golden/generate.py --check          # regenerate into a temporary folder and compare
                                         # with golden/ (exit 1 if they differ)
@@ -55,8 +55,11 @@ the same kinds of kernels, are held to it too.)
 
 Seeds are fixed and derived from each case's name, so adding a case changes no other.
 
-PyTorch 2.x (Debian 13's 2.6) runs --check and --out DIR within the differences listed in
-docs/versions.md, and refuses to rewrite golden/: that needs 1.13.1 (generator/versions.py).
+Each generation of PyTorch writes its own cases (generator/versions.py, docs/versions.md):
+PyTorch 1.13.1 (Debian 12) golden/ itself, PyTorch 2.6 (Debian 13) golden/pytorch-2.6/,
+whose cases say "pytorch": "2.6". Without DIR, --out and --check mean the folder of the
+PyTorch that runs them. --generation V with --check checks only under PyTorch V: under
+another it says why it is skipped and exits 77 (CTest's SKIP_RETURN_CODE).
 """
 
 import argparse
@@ -72,8 +75,12 @@ sys.dont_write_bytecode = True
 
 from generator.check import check
 from generator.golden_folder import generate_golden
-from generator.versions import GOLDEN_PYTORCH, PYTORCH, is_golden_pytorch
+from generator.versions import GENERATIONS, PYTORCH, generation, generation_folder
 from generator.writers import case_writers
+
+
+# The exit status of a check that cannot run under the PyTorch here (CTest: skipped).
+SKIPPED = 77
 
 
 def main() -> int:
@@ -81,12 +88,16 @@ def main() -> int:
         description=__doc__.split("\n")[0],
         epilog="A golden folder holds cases/, layouts/, weights/ and training/; golden/ is one.")
     action = parser.add_mutually_exclusive_group()
-    action.add_argument("--out", type=Path, default=GOLDEN, metavar="DIR",
+    action.add_argument("--out", type=Path, metavar="DIR",
                         help="the golden folder to write: DIR/cases, DIR/layouts, "
-                             "DIR/weights and DIR/training, nothing outside DIR (default: golden/)")
-    action.add_argument("--check", type=Path, nargs="?", const=GOLDEN, metavar="DIR",
+                             "DIR/weights and DIR/training, nothing outside DIR (default: the "
+                             "folder of the PyTorch here, golden/ or golden/pytorch-2.6/)")
+    action.add_argument("--check", type=Path, nargs="?", const=True, metavar="DIR",
                         help="regenerate into a temporary folder and compare the golden "
-                             "folder DIR with it (default: golden/); exit 1 if they differ")
+                             "folder DIR with it (default: the PyTorch here's); exit 1 if they differ")
+    parser.add_argument("--generation", choices=GENERATIONS, metavar="VERSION",
+                        help="with --check: check only under PyTorch VERSION (1.13 or 2.6), "
+                             f"else say so and exit {SKIPPED}")
     parser.add_argument("--case", action="append", metavar="NAME", dest="cases",
                         help="only this case (repeatable); the layouts, weights and "
                              "training run, which are few, are always included")
@@ -94,15 +105,29 @@ def main() -> int:
     unknown = [name for name in args.cases or [] if name not in case_writers()]
     if unknown:
         parser.error(f"--case: no case named {', '.join(unknown)}")
-    if args.check is not None:
-        return check(args.check, args.cases)
-    if args.out.resolve() == GOLDEN and not is_golden_pytorch():
-        print(f"generate.py: regenerating golden/ needs PyTorch {GOLDEN_PYTORCH}.1 (Debian 12's "
-              f"python3-torch), which made the goldens; this is PyTorch {PYTORCH}. With it, "
-              "--check compares golden/ with a regeneration and --out DIR writes elsewhere "
-              "(docs/versions.md).", file=sys.stderr)
+    if args.generation is not None and args.check is None:
+        parser.error("--generation goes with --check")
+    if args.generation is not None and args.generation != generation():
+        print(f"skipped: the golden cases of PyTorch {args.generation} are checked under "
+              f"PyTorch {args.generation}; this is PyTorch {PYTORCH} "
+              "(scripts/test-debian13 runs PyTorch 2.6)")
+        return SKIPPED
+    own = generation_folder(GOLDEN, generation()) if generation() in GENERATIONS else None
+    target = args.out if args.out is not None else args.check if isinstance(args.check, Path) else own
+    if target is None:
+        print(f"generate.py: PyTorch {PYTORCH} has no golden folder here (only "
+              f"{', '.join(GENERATIONS)}: docs/versions.md); name one with --out DIR or "
+              "--check DIR", file=sys.stderr)
         return 1
-    print(f"wrote {generate_golden(args.out, args.cases)} to {args.out}")
+    others = [v for v in GENERATIONS if v != generation()
+              and generation_folder(GOLDEN, v).resolve() == target.resolve()]
+    if others and args.check is None:
+        print(f"generate.py: {target} holds the cases of PyTorch {others[0]}, which only "
+              f"PyTorch {others[0]} rewrites; this is PyTorch {PYTORCH}", file=sys.stderr)
+        return 1
+    if args.check is not None:
+        return check(target, args.cases)
+    print(f"wrote {generate_golden(target, args.cases)} to {target}")
     return 0
 
 

@@ -19,6 +19,9 @@
         to the generator keeps its bytes and its modification time, and the working
         directory stays empty.
 
+Under PyTorch 2.x both run on the folder that 2.x writes, golden/pytorch-2.6/, which holds
+cases/ alone: the edits and the files looked for are those of cases/.
+
 Exit status 0 when the test passes; otherwise 1, with what went wrong.
 """
 
@@ -38,6 +41,17 @@ CASE = "self_seqfirst_f32"   # a float32 case: float32 is where a relative 1e-5 
 RELATIVE_CHANGE = 1e-5
 # A parameter after training: its folder (final/), not its name, makes it a computed tensor.
 TRAINED = "training/reverse/final/attention.in_proj_weight.npy"
+
+
+def under_2x() -> bool:
+    """Whether the PyTorch of this Python is 2.x, whose golden folder holds cases/ alone."""
+    import torch  # only here: the generator, not this test, sets its threads before import
+    return int(torch.__version__.split(".")[0]) >= 2
+
+
+def own_folder(golden: Path) -> Path:
+    """The golden folder the PyTorch here writes (golden/generator/versions.py)."""
+    return golden / "pytorch-2.6" if under_2x() else golden
 
 
 def fail(message: str) -> None:
@@ -67,7 +81,7 @@ def capabilities() -> list:
 def copy_golden(golden: Path, into: Path) -> None:
     """A golden folder holding one case and all the layouts, weights and training run."""
     shutil.copytree(golden / "cases" / CASE, into / "cases" / CASE)
-    for part in ("layouts", "weights", "training"):
+    for part in () if under_2x() else ("layouts", "weights", "training"):
         shutil.copytree(golden / part, into / part)
 
 
@@ -92,7 +106,7 @@ def move_first_value_one_ulp(path: Path) -> None:
 
 
 def hand_edit(generator: Path) -> None:
-    golden = generator.parent
+    golden = own_folder(generator.parent)
     with tempfile.TemporaryDirectory(prefix="golden-hand-edit-") as tmp:
         copy = Path(tmp)
         copy_golden(golden, copy)
@@ -107,13 +121,13 @@ def hand_edit(generator: Path) -> None:
 
         edits = {
             f"cases/{CASE}/attn_output.npy": "ULPs of its largest magnitude",
-            "layouts/gpt2/attn_output.npy": "ULPs of its largest magnitude",
-            TRAINED: "ULPs of its largest magnitude",
             f"cases/{CASE}/query.npy": "(must match byte for byte)",
         }
-        scale_largest_value(copy / f"cases/{CASE}/attn_output.npy", 1 + RELATIVE_CHANGE)
-        scale_largest_value(copy / "layouts/gpt2/attn_output.npy", 1 + RELATIVE_CHANGE)
-        scale_largest_value(copy / TRAINED, 1 + RELATIVE_CHANGE)
+        if not under_2x():
+            edits.update({"layouts/gpt2/attn_output.npy": "ULPs of its largest magnitude",
+                          TRAINED: "ULPs of its largest magnitude"})
+        for computed in (name for name, reason in edits.items() if "ULPs" in reason):
+            scale_largest_value(copy / computed, 1 + RELATIVE_CHANGE)
         move_first_value_one_ulp(copy / f"cases/{CASE}/query.npy")
 
         status, output = run_generator(generator, "--check", str(copy), "--case", CASE)
@@ -148,9 +162,12 @@ def out_dir(generator: Path) -> None:
         print(output)
         if status != 0:
             problems.append(f"--out exited with {status}")
-        for written in (f"cases/{CASE}/attn_output.npy", "layouts/gpt2/layout.json",
-                        "layouts/llama/attn_output.npy", "weights/transformer_encoder/model.safetensors",
-                        "weights/dtypes/dtypes.safetensors", "training/reverse/loss.npy"):
+        expected = [f"cases/{CASE}/attn_output.npy"]
+        if not under_2x():
+            expected += ["layouts/gpt2/layout.json", "layouts/llama/attn_output.npy",
+                         "weights/transformer_encoder/model.safetensors",
+                         "weights/dtypes/dtypes.safetensors", "training/reverse/loss.npy"]
+        for written in expected:
             if not (out / written).is_file():
                 problems.append(f"--out did not write {written} into its folder")
         if any(cwd.iterdir()):

@@ -22,7 +22,8 @@ from .case_tensors import make_tensors
 from .cases import Case
 from .draws import randn, seed_for
 from .runner import (PYTORCH_SHARE_OF_TOLERANCE, call_forward, check_outputs, check_own_projection,
-                     in_projection, slow_path_only)
+                     in_projection, recorded_warnings, slow_path_only)
+from .versions import is_2x
 
 
 @contextlib.contextmanager
@@ -150,14 +151,14 @@ def check_float32_gradients(case: Case, mha, tensors: dict, mask, upstream: dict
 def run_backward_case(case: Case) -> tuple:
     """Run one backward case through PyTorch; return (module, inputs, outputs, q/k/v,
     written), where `written` holds the upstream gradients, the dropout mask and the
-    expected gradients, by file name."""
+    expected gradients, by file name, and the warnings PyTorch gave (pytorch_warnings)."""
     mha, tensors = make_tensors(case)
     for t in distinct_inputs(tensors).values():
         t.requires_grad_(True)
     mha.train(case.training)
 
-    captured, masks = [], []
-    with slow_path_only(captured), recording_dropout(masks):
+    captured, masks, warned = [], [], []
+    with slow_path_only(captured), recording_dropout(masks), recorded_warnings(warned):
         attn_output, attn_weights = call_forward(mha, tensors, case)
         q, k, v = in_projection(mha, tensors, case)
     check_own_projection(case, captured, (q, k, v))
@@ -173,10 +174,10 @@ def run_backward_case(case: Case) -> tuple:
     if case.need_weights:
         outputs["attn_output_weights"] = attn_weights
     check_float32_gradients(case, mha, tensors, mask, upstream, {**outputs, **grads})
-    if not case.expect_nan:
+    if not case.expects_nan(is_2x()):
         assert all(bool(torch.isfinite(g).all()) for g in grads.values()), f"{case.name}: NaN in gradients"
 
-    written = dict(upstream)
+    written = {"pytorch_warnings": warned, **upstream}
     if mask is not None:
         written["dropout_mask"] = mask
     written.update(grads)

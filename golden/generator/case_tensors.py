@@ -139,6 +139,25 @@ def make_attn_mask(case: Case, key_padding_mask: Optional[torch.Tensor]) -> torc
     return mask
 
 
+def float_key_padding_mask(case: Case, padded: torch.Tensor, attn_mask) -> tuple:
+    """(key_padding_mask, attn_mask): the drawn bool padding as a float mask, -inf where
+    padded, and -1.0 on key 1 where it is not; attn_mask with key 0 never masked.
+
+    The generations read such a mask differently: 2.x adds it to the scores (key 1 loses
+    weight); 1.13 merges it into a bool attn_mask by logical_or, and on its fast path makes
+    it bool, so that the -1.0 masks key 1 outright; into a float attn_mask 1.13 merges
+    nothing. Key 0 is never padded (every batch entry has a key) nor penalised, and stays
+    unmasked, so that no row is fully masked under either reading."""
+    mask = torch.zeros(padded.shape, dtype=case.dtype)
+    mask.masked_fill_(padded, float("-inf"))
+    if case.S > 1:
+        mask[..., 1].masked_fill_(~padded[..., 1], -1.0)
+    if attn_mask is not None:
+        attn_mask = attn_mask.clone()
+        attn_mask[..., 0] = False if attn_mask.dtype == torch.bool else 0.0
+    return mask, attn_mask
+
+
 def make_tensors(case: Case, alter: Optional[Callable[[dict], None]] = None) -> tuple:
     """The module and every forward input of a case, from the case's own seed.
 
@@ -151,6 +170,8 @@ def make_tensors(case: Case, alter: Optional[Callable[[dict], None]] = None) -> 
     query, key, value = make_inputs(case)
     kpm = make_key_padding_mask(case) if case.key_padding_mask else None
     attn_mask = make_attn_mask(case, kpm) if case.attn_mask else None
+    if case.float_key_padding_mask:
+        kpm, attn_mask = float_key_padding_mask(case, kpm, attn_mask)
     tensors = {"query": query, "key": key, "value": value,
                "key_padding_mask": kpm, "attn_mask": attn_mask}
     if alter is not None:

@@ -97,6 +97,19 @@ class Case:
     training: bool = False            # train mode: dropout on (its mask recorded)
     backward: bool = False            # a format-2 case: gradients too (backward.py)
     grad_weights: bool = False        # the loss has the weights term (grad_attn_output_weights)
+    # The generations of PyTorch (1.13, 2.x) differ on the cases of generations.py:
+    is_causal_hint: bool = False      # is_causal=True with the case's own attn_mask, causal or
+                                      # not (2.x only: 1.13 has no is_causal argument)
+    grad_enabled: bool = True         # False: the call runs under torch.no_grad(), the
+                                      # native fast path's condition
+    float_key_padding_mask: bool = False  # key_padding_mask as a float mask: -inf where
+                                      # padded, -1.0 on key 1 where not (case_tensors)
+    expect_nan_2x: Optional[bool] = None  # expect_nan under 2.x, where it differs
+    fast_path: tuple = ()             # the generations whose module takes its native fast
+                                      # path here ("1.13", "2.x"); only with grad disabled
+    generations: tuple = ("1.13", "2.x")  # the generations of PyTorch that write the case
+    generations_differ: bool = False  # a case of generations.py: 1.13 and 2.x compute it
+                                      # differently (case.json says so, for readers)
 
     def __post_init__(self):
         assert self.layout in (SEQ_FIRST, BATCH_FIRST, UNBATCHED), self.name
@@ -115,6 +128,10 @@ class Case:
             assert self.backward, f"{self.name}: training and grad_weights are for backward cases"
         if self.grad_weights:
             assert self.need_weights, self.name
+        if self.is_causal_hint:
+            assert self.generations == ("2.x",), f"{self.name}: 1.13 has no is_causal argument"
+        if not self.grad_enabled:
+            assert not self.backward, f"{self.name}: gradients need grad enabled"
 
     @property
     def tolerance(self) -> dict:
@@ -131,7 +148,11 @@ class Case:
 
     @property
     def is_causal(self) -> bool:
-        return self.attn_mask == "causal"
+        return self.attn_mask == "causal" or self.is_causal_hint
+
+    def expects_nan(self, under_2x: bool) -> bool:
+        """Whether PyTorch's output holds NaN, under 2.x or under 1.13."""
+        return self.expect_nan_2x if under_2x and self.expect_nan_2x is not None else self.expect_nan
 
     def module_options(self) -> dict:
         """The keyword arguments of torch.nn.MultiheadAttention(...), as case.json names them."""
@@ -148,12 +169,15 @@ class Case:
         }
 
     def forward_options(self) -> dict:
-        return {
+        options = {
             "need_weights": self.need_weights,
             "average_attn_weights": self.average_attn_weights,
             "is_causal": self.is_causal,
             "training": self.training,
         }
+        if not self.grad_enabled:  # absent means true (golden-format.md)
+            options["grad_enabled"] = False
+        return options
 
     @property
     def format(self) -> int:
@@ -173,7 +197,9 @@ class Rejection:
     defect(tensors) replaces entries of the tensor dict (query, key, value, attn_mask,
     key_padding_mask); module_override / forward_override change the recorded options.
     torch_rejects: PyTorch 1.13 rejects it too, and the generator checks that it does;
-    False when only 2.x rejects it (1.13 accepts it, or cannot express it).
+    False when only 2.x rejects it (1.13 accepts it, or cannot express it). PyTorch 2.x
+    rejects every rejection case, and the generator checks that under 2.x.
+    generations: ("2.x",) when 1.13 accepts the call (a rejection only of 2.x).
     """
     name: str
     description: str
@@ -182,6 +208,7 @@ class Rejection:
     module_override: dict = dataclasses.field(default_factory=dict)
     forward_override: dict = dataclasses.field(default_factory=dict)
     torch_rejects: bool = True
+    generations: tuple = ("1.13", "2.x")  # the generations of PyTorch that write the case
 
     @property
     def case(self) -> Case:
@@ -475,11 +502,12 @@ REJECTIONS = [
               _base("b", attn_mask="bool_2d"),
               defect=_set("attn_mask", lambda t: t["attn_mask"].to(torch.int32))),
     Rejection("reject_attn_mask_uint8",
-              "attn_mask of dtype uint8: PyTorch 2.x accepts only bool and floating masks. "
-              "PyTorch 1.13 still accepted it (deprecated, as bool), so no PyTorch 1.13 check.",
+              "attn_mask of dtype uint8: PyTorch 2.x accepts only bool and floating masks "
+              "(\"only bool and floating types of attn_mask are supported\"). PyTorch 1.13 "
+              "accepted it with a warning and read it as bool, so this is a case of 2.x only.",
               _base("b", attn_mask="bool_2d"),
               defect=_set("attn_mask", lambda t: t["attn_mask"].to(torch.uint8)),
-              torch_rejects=False),
+              torch_rejects=False, generations=("2.x",)),
     Rejection("reject_attn_mask_2d_wrong_shape",
               "2-D attn_mask of shape (L, S+1) instead of (L, S).",
               _base("b", L=4, S=4, attn_mask="bool_2d"),

@@ -29,7 +29,7 @@ from .cases import CROSS, DTYPE_NAME, ENC_DEC, SELF, SEQ_FIRST, TOLERANCE, UNBAT
 from .draws import randn, seed_for, uniform
 from .files import new_folder, save_npy, write_json
 from .runner import PYTORCH_SHARE_OF_TOLERANCE
-from .versions import is_golden_pytorch
+from .versions import generation, is_2x, is_golden_pytorch
 
 # The version of golden/FORMAT.md these cases are written in.
 FUNCTIONAL_FORMAT = 3
@@ -90,6 +90,10 @@ class Functional:
     attn_mask: Optional[str] = None
     key_padding_mask: bool = False
     decode_step: bool = False
+    fully_masked_row: bool = False  # row 2 of the 2-D attn_mask fully masked (as Case's)
+    expect_nan: bool = False        # attn_output holds NaN (1.13; 2.x: expect_nan_2x if given)
+    expect_nan_2x: Optional[bool] = None
+    generations: tuple = ("1.13", "2.x")  # the generations of PyTorch that write the case
 
     def __post_init__(self):
         assert self.name.startswith("functional_"), self.name
@@ -158,21 +162,27 @@ class Functional:
         that the masks are drawn as case_tensors draws every other case's."""
         return Case(self.name, self.description, dtype=self.dtype, E=self.E, H=self.H, L=self.L,
                     S=self.key_length, N=self.N, layout=UNBATCHED if self.unbatched else SEQ_FIRST,
-                    inputs=CROSS, attn_mask=self.attn_mask, key_padding_mask=self.key_padding_mask)
+                    inputs=CROSS, attn_mask=self.attn_mask, key_padding_mask=self.key_padding_mask,
+                    fully_masked_row=self.fully_masked_row)
+
+    def expects_nan(self) -> bool:
+        """Whether PyTorch's attn_output holds NaN, under the PyTorch here."""
+        return self.expect_nan_2x if is_2x() and self.expect_nan_2x is not None else self.expect_nan
 
 
 @dataclasses.dataclass(frozen=True)
 class FunctionalRejection:
     """A valid call (`base`), then broken by defect(call), which changes the keyword
     arguments; PyTorch must raise with a message holding `error`. Where PyTorch 2.x
-    words the rejection differently, error_2x is what 2.x's message holds, and `error` is
-    1.13.1's whole message, which the case records under either version (versions.py)."""
+    words the rejection differently, error_2x is what 2.x's message holds. Each
+    generation's case records the message its PyTorch gave."""
     name: str
     description: str
     base: Functional
     defect: Callable[[dict], None]
     error: str
     error_2x: Optional[str] = None
+    generations: tuple = ("1.13", "2.x")  # ("2.x",) when 1.13 accepts the call
 
     @property
     def spec(self) -> Functional:
@@ -495,13 +505,16 @@ def call_pytorch(call: dict) -> tuple:
 
 
 def check_outputs(spec: Functional, attn_output, attn_weights) -> None:
-    """The shapes the case implies, weights only when asked for, and finite values."""
+    """The shapes the case implies, weights only when asked for, and finite values (NaN
+    only where the case expects it)."""
     out_shape, weights_shape = spec.expected_shapes()
     assert tuple(attn_output.shape) == out_shape, (spec.name, attn_output.shape)
-    assert bool(torch.isfinite(attn_output).all()), f"{spec.name}: NaN or inf in attn_output"
+    has_nan = bool(torch.isnan(attn_output).any())
+    assert has_nan == spec.expects_nan(), f"{spec.name}: NaN in attn_output is {has_nan}"
+    assert has_nan or bool(torch.isfinite(attn_output).all()), f"{spec.name}: inf in attn_output"
     if spec.need_weights:
         assert tuple(attn_weights.shape) == weights_shape, (spec.name, attn_weights.shape)
-        assert bool(torch.isfinite(attn_weights).all()), f"{spec.name}: NaN or inf in the weights"
+        assert has_nan or bool(torch.isfinite(attn_weights).all()), f"{spec.name}: NaN or inf in the weights"
     else:
         assert attn_weights is None, spec.name
 
@@ -524,7 +537,10 @@ def check_float32_accuracy(spec: Functional, call: dict, results: dict) -> None:
     rtol, atol = spec.tolerance["rtol"], spec.tolerance["atol"]
     for name, result in results.items():
         got, want = result.double(), exact[name]
-        used = (got - want).abs() / (atol + rtol * want.abs())
+        finite = torch.isfinite(got) & torch.isfinite(want)
+        same = (got == want) | (torch.isnan(got) & torch.isnan(want))
+        assert bool((finite | same).all()), f"{spec.name}/{name}: NaN or inf not as in float64"
+        used = ((got - want).abs() / (atol + rtol * want.abs()))[finite]
         share = float(used.max()) if used.numel() else 0.0
         assert share <= PYTORCH_SHARE_OF_TOLERANCE, (
             f"{spec.name}/{name}: PyTorch's float32 result uses {share:.0%} of the tolerance "
@@ -562,19 +578,16 @@ def run_functional(spec: Functional) -> tuple:
 
 
 def pytorch_error(rejection: FunctionalRejection, call: dict) -> str:
-    """PyTorch's message for the broken call, which must raise, with `error` in it. Under
-    PyTorch 2.x, a rejection that 2.x words differently must give error_2x, and 1.13.1's
-    message is returned, the one that golden/ records (versions.py)."""
+    """PyTorch's message for the broken call, which must raise, with `error` in it (under
+    2.x, error_2x where 2.x words it differently)."""
     try:
         call_pytorch(call)
     except (AssertionError, RuntimeError, TypeError) as error:
         message = str(error)
     else:
         raise SystemExit(f"generate.py: {rejection.name}: PyTorch {torch.__version__} accepted it")
-    if rejection.error_2x is not None and not is_golden_pytorch():
-        assert rejection.error_2x in message, f"{rejection.name}: PyTorch {torch.__version__} said {message!r}"
-        return rejection.error
-    assert rejection.error in message, f"{rejection.name}: PyTorch said {message!r}"
+    expected = rejection.error_2x if rejection.error_2x is not None and is_2x() else rejection.error
+    assert expected in message, f"{rejection.name}: PyTorch {torch.__version__} said {message!r}"
     return message
 
 
@@ -585,14 +598,16 @@ def pytorch_error(rejection: FunctionalRejection, call: dict) -> str:
 def functional_document(spec: Functional, call: dict, error: Optional[str] = None) -> dict:
     """case.json of a version-3 case: the call's options, as the function names them; for a
     rejection case (error: PyTorch's message), expect_error and pytorch_error."""
-    document = {
-        "format": FUNCTIONAL_FORMAT,
+    document = {"format": FUNCTIONAL_FORMAT}
+    if not is_golden_pytorch():
+        document["pytorch"] = generation()
+    document.update({
         "description": spec.description,
         "dtype": DTYPE_NAME[spec.dtype],
         "functional": {name: call[name] for name in OPTION_ARGUMENTS},
         "tolerance": spec.tolerance,
         "expect_error": error is not None,
-    }
+    })
     if error is not None:
         document["pytorch_error"] = error
     # Was the function called with the same tensor object? (The packed in-projection
@@ -629,11 +644,11 @@ def write_functional_rejection(out: Path, rejection: FunctionalRejection) -> Non
     write_call(out, spec, document, call)
 
 
-def functional_writers() -> list:
-    """(name, write(out)) for every version-3 case, numeric cases first."""
-    return ([(s.name, functools.partial(write_functional, spec=s)) for s in FUNCTIONAL_CASES] +
+def functional_writers(cases: list, rejections: list) -> list:
+    """(name, write(out)) for these version-3 cases and rejections, numeric cases first."""
+    return ([(s.name, functools.partial(write_functional, spec=s)) for s in cases] +
             [(r.name, functools.partial(write_functional_rejection, rejection=r))
-             for r in FUNCTIONAL_REJECTIONS])
+             for r in rejections])
 
 
 def computed_inputs() -> set:

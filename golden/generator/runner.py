@@ -1,9 +1,13 @@
 """Running PyTorch on a case: its slow path only, the module's own q, k, v, and the
 checks on what it returns (shapes, NaN where expected, float32 accuracy against float64,
-and that PyTorch rejects what a rejection case breaks)."""
+and that PyTorch rejects what a rejection case breaks). A case with grad disabled runs
+under torch.no_grad() instead, where the module picks its path as it does for a user
+(the native fast path when its conditions hold); what PyTorch did and the warnings it
+gave are recorded for case.json."""
 
 import contextlib
 import copy
+import warnings
 from typing import Callable, Optional
 
 import torch
@@ -11,6 +15,7 @@ import torch.nn.functional as F
 
 from .case_tensors import input_shape, make_tensors
 from .cases import BATCH_FIRST, UNBATCHED, Case, Rejection
+from .versions import generation, is_2x
 
 
 class FastPathTaken(Exception):
@@ -56,12 +61,60 @@ def slow_path_only(captured: list):
          F._in_projection_packed, F._in_projection) = saved
 
 
-def call_forward(mha: torch.nn.MultiheadAttention, tensors: dict, case: Case):
+@contextlib.contextmanager
+def grad_disabled(taken: list):
+    """torch.no_grad(), the module free to take its native fast path; "fast_path" is
+    appended to `taken` each time torch._native_multi_head_attention runs."""
+    saved = torch._native_multi_head_attention
+
+    def spy(*args, **kwargs):
+        taken.append("fast_path")
+        return saved(*args, **kwargs)
+
+    torch._native_multi_head_attention = spy
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        torch._native_multi_head_attention = saved
+
+
+def pytorch_call(case: Case, captured: list):
+    """How the case's module call runs: on the slow path with grad enabled (captured gets
+    the forward and the in-projection), or under torch.no_grad() (captured gets the fast
+    path if taken)."""
+    return slow_path_only(captured) if case.grad_enabled else grad_disabled(captured)
+
+
+@contextlib.contextmanager
+def recorded_warnings(messages: list):
+    """Every warning raised inside, its message appended to `messages`."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    messages.extend(str(w.message) for w in caught)
+
+
+def pytorch_path(case: Case, fast_path_taken: bool) -> str:
+    """What PyTorch ran: its native fast path, or multi_head_attention_forward, whose 2.x
+    branch without weights calls scaled_dot_product_attention ("sdpa"); 1.13's computes
+    the weights either way ("weights")."""
+    if fast_path_taken:
+        return "fast_path"
+    return "sdpa" if is_2x() and not case.need_weights else "weights"
+
+
+def call_forward(mha: torch.nn.MultiheadAttention, tensors: dict, case: Case,
+                 is_causal: Optional[bool] = None):
+    """The module's forward with the case's arguments (is_causal, when given, in place of
+    the case's); is_causal only under 2.x (1.13 has no such argument: its causal cases
+    pass the causal mask as attn_mask)."""
+    causal = {"is_causal": case.is_causal if is_causal is None else is_causal} if is_2x() else {}
     return mha(tensors["query"], tensors["key"], tensors["value"],
                key_padding_mask=tensors["key_padding_mask"],
                need_weights=case.need_weights,
                attn_mask=tensors["attn_mask"],
-               average_attn_weights=case.average_attn_weights)
+               average_attn_weights=case.average_attn_weights, **causal)
 
 
 def seq_first_batched(query, key, value, batch_first: bool) -> tuple:
@@ -131,7 +184,8 @@ def check_float32_accuracy(case: Case, mha, tensors: dict, results: dict) -> Non
         return doubled.setdefault(id(t), t.double())
 
     wide_tensors = {name: double(t) for name, t in tensors.items()}
-    with slow_path_only([]):
+    with pytorch_call(case, []), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # recorded once, from the case's own call
         attn_output, attn_weights = call_forward(wide, wide_tensors, case)
         q, k, v = in_projection(wide, wide_tensors, case)
     exact = {"attn_output": attn_output, "attn_output_weights": attn_weights,
@@ -151,22 +205,31 @@ def check_float32_accuracy(case: Case, mha, tensors: dict, results: dict) -> Non
 
 
 def run_case(case: Case, alter: Optional[Callable[[dict], None]] = None) -> tuple:
-    """Run one numeric case through PyTorch; return (module, inputs, outputs, q/k/v).
-    alter, when given, changes the drawn inputs first (see make_tensors)."""
+    """Run one numeric case through PyTorch; return (module, inputs, outputs, q/k/v,
+    facts): facts are what case.json records of the call under 2.x or with grad disabled
+    (pytorch_path, pytorch_warnings). alter, when given, changes the drawn inputs first
+    (see make_tensors). With grad disabled, q, k, v are not written: the fast path
+    computes them inside one operator."""
     mha, tensors = make_tensors(case, alter)
-    captured = []
-    with slow_path_only(captured):
+    captured, warned = [], []
+    with pytorch_call(case, captured), recorded_warnings(warned):
         attn_output, attn_weights = call_forward(mha, tensors, case)
-        q, k, v = in_projection(mha, tensors, case)
-    check_own_projection(case, captured, (q, k, v))
+    qkv = {}
+    if case.grad_enabled:
+        with slow_path_only(captured):
+            qkv = dict(zip("qkv", in_projection(mha, tensors, case)))
+        check_own_projection(case, captured, tuple(qkv.values()))
     check_outputs(case, attn_output, attn_weights)
+    taken = "fast_path" in captured
+    expected = any(g == generation() or (g == "2.x" and is_2x()) for g in case.fast_path)
+    assert taken == expected, f"{case.name}: PyTorch {generation()} took the fast path: {taken}"
 
     outputs = {"attn_output": attn_output}
     if case.need_weights:
         outputs["attn_output_weights"] = attn_weights
-    qkv = {"q": q, "k": k, "v": v}
     check_float32_accuracy(case, mha, tensors, {**outputs, **qkv})
-    return mha, tensors, outputs, qkv
+    facts = {"pytorch_path": pytorch_path(case, taken), "pytorch_warnings": warned}
+    return mha, tensors, outputs, qkv, facts
 
 
 def check_own_projection(case: Case, captured: list, qkv: tuple) -> None:
@@ -197,12 +260,12 @@ def check_outputs(case: Case, attn_output: torch.Tensor,
     else:
         assert attn_weights is None, case.name
     has_nan = bool(torch.isnan(attn_output).any())
-    assert has_nan == case.expect_nan, f"{case.name}: NaN in output is {has_nan}"
+    assert has_nan == case.expects_nan(is_2x()), f"{case.name}: NaN in output is {has_nan}"
     assert has_nan or bool(torch.isfinite(attn_output).all()), f"{case.name}: inf in output"
 
 
 def check_torch_rejects(rejection: Rejection, mha, tensors: dict) -> None:
-    """Assert that PyTorch 1.13 rejects the broken case (construction or forward)."""
+    """Assert that PyTorch rejects the broken case (construction or forward)."""
     case = rejection.case
     try:
         if rejection.module_override:
@@ -210,12 +273,12 @@ def check_torch_rejects(rejection: Rejection, mha, tensors: dict) -> None:
             broken.load_state_dict(mha.state_dict())
             mha = broken.eval()
         with slow_path_only([]):
-            call_forward(mha, tensors, case)
+            call_forward(mha, tensors, case, rejection.forward_options()["is_causal"])
     except FastPathTaken:
         raise
     except Exception:  # AssertionError or RuntimeError, whichever PyTorch raises
         return
-    raise SystemExit(f"generate.py: {rejection.name}: PyTorch 1.13 accepted it")
+    raise SystemExit(f"generate.py: {rejection.name}: PyTorch {torch.__version__} accepted it")
 
 
 def run_self_attention(mha: torch.nn.MultiheadAttention, x: torch.Tensor) -> torch.Tensor:
