@@ -79,6 +79,12 @@ GENERATION_CASES = [
          "float64.",
          dtype=F64, L=3, S=5, N=2, inputs=CROSS, attn_mask="float_2d", is_causal_hint=True,
          need_weights=False, generations=ONLY_2X),
+    Case("fast_path_is_causal_without_attn_mask_f32",
+         "is_causal=True without an attn_mask on 2.x's native fast path (grad disabled, "
+         "batch_first self-attention): the fast path never reads the hint, and the call runs "
+         "without a mask, where the slow path refuses it (reject_is_causal_without_attn_mask).",
+         L=4, S=4, N=2, layout=BATCH_FIRST, is_causal_hint=True, grad_enabled=False,
+         fast_path=ONLY_2X, generations=ONLY_2X),
     Case("fast_path_is_causal_hint_noncausal_mask_f32",
          "is_causal=True with a random bool attn_mask on 2.x's native fast path (grad "
          "disabled, batch_first self-attention, need_weights=False): the fast path is given "

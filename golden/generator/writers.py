@@ -59,7 +59,7 @@ def case_document(case: Case, module: dict, forward: dict, tensors: dict,
     if case.generations_differ:
         document["generations_differ"] = True
     if facts is not None and (not is_golden_pytorch() or not case.grad_enabled
-                              or facts["pytorch_warnings"]):
+                              or case.generations_differ or facts["pytorch_warnings"]):
         document.update(facts)
     return document
 

@@ -22,6 +22,11 @@ Output<T> attention_steps(Engine<T>& engine, const Options& options, const Param
                           SavedForward<T>* saved) {
   const std::size_t S_keys = statics.k ? statics.k.S : g.S;
   const std::size_t S_total = S_keys + options.add_bias_kv + options.add_zero_attn;  // S'
+  // 2.x's SDPA gives a row that no key may attend to weight 0: the reference does
+  // (zero_fully_masked_rows), the engine's kernels give NaN, so such a call takes the reference.
+  if (masks.safe_softmax && has_fully_masked_row(masks, static_cast<std::size_t>(options.num_heads), g.L,
+                                                 options.add_bias_kv || options.add_zero_attn))
+    path = AttentionPath::reference;
   // A record for backward(): the engine's forward keeps it, unless the reference path is
   // chosen or there is nothing for the engine to multiply (training_forward_applies).
   if (saved && path != AttentionPath::reference && training_forward_applies(g, statics, S_total))
@@ -71,7 +76,7 @@ Options functional_options(const xt::xarray<T>& query, const xt::xarray<T>& key,
     check(a.dropout_p >= 0.0 && a.dropout_p <= 1.0, "dropout_p",
           "dropout probability has to be between 0 and 1, but got {}", a.dropout_p);
   Options o;
-  o.embed_dim = a.embed_dim_to_check, o.num_heads = a.num_heads, o.dropout = a.dropout_p;
+  o.embed_dim = a.embed_dim_to_check, o.num_heads = a.num_heads, o.dropout = a.dropout_p, o.pytorch = a.pytorch;
   o.add_bias_kv = a.bias_k != nullptr, o.add_zero_attn = a.add_zero_attn;
   o.separate_projections = a.use_separate_proj_weight;
   // The packed weight multiplies key and value by (E, E) blocks: they must be E wide,
@@ -150,14 +155,19 @@ StaticKV<T> functional_statics(const FunctionalArguments<T>& a, const Geometry& 
 // Step 2 of the functional form: attn_mask is checked against the key's length S, as
 // PyTorch checks it, then added to scores of static_k's length: broadcast from one column,
 // or refused as torch.baddbmm refuses it. key_padding_mask has static_k's length.
+// `read` holds the masks as the generation reads them (masks_as), and its is_causal hint.
 template <class T>
-PreparedMasks<T> functional_masks(const FunctionalArguments<T>& a, const Geometry& g, const StaticKV<T>& st,
-                                  std::size_t H) {
+PreparedMasks<T> functional_masks(const FunctionalArguments<T>& a, const GenerationMasks<T>& read, const Geometry& g,
+                                  const StaticKV<T>& st, std::size_t H) {
   PreparedMasks<T> masks;
-  const std::optional<Mask<T>> attn = a.attn_mask ? std::optional<Mask<T>>(*a.attn_mask) : std::nullopt;
-  const std::optional<Mask<T>> padding =
-      a.key_padding_mask ? std::optional<Mask<T>>(*a.key_padding_mask) : std::nullopt;
+  const std::optional<Mask<T>>&attn = read.attn_mask, &padding = read.key_padding_mask;
+  const bool causal_hint = read.is_causal, need_weights = a.need_weights;
   masks.attn_mask = prepare_attn_mask(attn, g.batched, g.L, g.N, g.S, H);  // (1 or B, L, S)
+  if (causal_hint && !padding && !need_weights) {  // 2.x: the causal mask of the hint stands in for attn_mask
+    masks.causal_hint = true;
+    masks.attn_mask.reset();
+    return masks;
+  }
   if (st.k && masks.attn_mask && g.S != st.k.S) {
     const std::size_t zero = a.add_zero_attn ? 1 : 0;
     check(g.S == 1 && !a.add_zero_attn, "attn_mask",
@@ -190,8 +200,14 @@ Output<T> multi_head_attention_forward(const xt::xarray<T>& query, const xt::xar
   const Parameters<T> params = detail::functional_parameters(options, args);
   const detail::StaticKV<T> statics = detail::functional_statics(args, g, s);
 
-  // 2) the masks, against the key's length and static_k's
-  PreparedMasks<T> masks = detail::functional_masks(args, g, statics, s.H);
+  // 2) the masks as the generation reads them, against the key's length and static_k's;
+  //    2.x's branch without weights is SDPA
+  std::vector<Warning> warnings;
+  const PyTorchPath pytorch_path = detail::functional_path(args.pytorch, args.need_weights).path;
+  const auto read = detail::masks_as(args.pytorch, pytorch_path, opts.attn_mask, opts.key_padding_mask,
+                                     args.is_causal, warnings);
+  PreparedMasks<T> masks = detail::functional_masks(args, read, g, statics, s.H);
+  masks.safe_softmax = pytorch_path == PyTorchPath::sdpa;
 
   // 3)-10) the steps the module runs too; dropout only in training
   const double dropout_p = args.training ? args.dropout_p : 0.0;
@@ -199,8 +215,10 @@ Output<T> multi_head_attention_forward(const xt::xarray<T>& query, const xt::xar
         "expected a Generator: training=True with dropout_p={} draws a dropout mask; got none", dropout_p);
   Generator unused;
   detail::Engine<T> engine;  // W^T made for this call: the arguments are not kept
-  return detail::attention_steps(engine, options, params, query, key, value, g, std::move(masks), opts, statics, path,
-                                 dropout_p, generator ? *generator : unused);
+  Output<T> out = detail::attention_steps(engine, options, params, query, key, value, g, std::move(masks), opts,
+                                          statics, path, dropout_p, generator ? *generator : unused);
+  out.warnings = std::move(warnings);
+  return out;
 }
 
 // Compiled here once for each dtype the library has.

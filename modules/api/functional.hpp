@@ -51,6 +51,8 @@ struct FunctionalArguments {
   const xt::xarray<T>* static_k = nullptr;       // (N*H, S_static, D), or (H, S_static, D) unbatched
   const xt::xarray<T>* static_v = nullptr;       // (N*H, S_static, D), or (H, S_static, D) unbatched
   bool average_attn_weights = true;
+  bool is_causal = false;  // PyTorch 2.x's 25th argument: a hint that attn_mask is causal (:generations)
+  PyTorchVersion pytorch = PyTorchVersion::v2;  // behave as PyTorch 1.13 or 2.x (:versions)
 };
 
 // F.multi_head_attention_forward(query, key, value, ...): query (L, N, E) sequence-first,

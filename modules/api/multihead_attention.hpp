@@ -170,6 +170,14 @@ public:
     return resolve_attention_path(attention_path_, need_weights, L, S);
   }
 
+  // Which code PyTorch runs for this call, in the generation options().pytorch names (its
+  // native fast path, or multi_head_attention_forward with or without the weights), and
+  // why not the fast path, in PyTorch's words. forward() computes what that code computes.
+  PathChoice pytorch_path(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                          const ForwardOptions<T>& opts = {}) const {
+    return detail::module_path(options_, training_, opts, detail::geometry(query, key, value, opts, options_));
+  }
+
   // MultiheadAttention.forward(query, key, value, ...). Pass the same object as query,
   // key and value for self-attention (Python's `query is key is value`).
   Output<T> forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
@@ -189,6 +197,8 @@ public:
   std::pair<Output<T>, ForwardRecord<T>> forward_for_backward(const xt::xarray<T>& query, const xt::xarray<T>& key,
                                                               const xt::xarray<T>& value,
                                                               const ForwardOptions<T>& opts = {}) {
+    check(opts.grad_enabled, "grad_enabled",
+          "expected true for forward_for_backward (gradients are taken of this forward), got false");
     ForwardRecord<T> record;
     Output<T> out = run_forward(query, key, value, opts, &record.saved_);
     record.weights_version_ = params_.version;
@@ -247,13 +257,18 @@ private:
     const std::size_t S_total = g.S + options_.add_bias_kv + options_.add_zero_attn;  // S'
     check_dropout_mask(opts.dropout_mask, dropout_p, g.N * num_heads(), g.L, S_total);
 
-    // 2) the masks as float masks: bool True -> -inf (_canonical_mask), shapes checked
-    PreparedMasks<T> masks = prepare_masks(opts.attn_mask, opts.key_padding_mask, opts.is_causal, opts.need_weights,
-                                           g.batched, g.L, g.N, g.S, num_heads());
+    // 2) the code PyTorch runs (its fast path or not), and the masks as float masks, read
+    //    as the generation chosen reads them: bool True -> -inf (_canonical_mask), shapes checked
+    std::vector<Warning> warnings;
+    const PyTorchPath path = detail::module_path(options_, training_, opts, g).path;
+    PreparedMasks<T> masks = detail::prepare_masks_as(options_, path, opts, g, warnings);
 
     // 3)-10) the attention itself, by the path chosen
-    return detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
-                                   detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_, saved);
+    Output<T> out = detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
+                                            detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_,
+                                            saved);
+    out.warnings = std::move(warnings);
+    return out;
   }
 
   // A decoding step of KVCache::step: `x` (L_new, N, E), its k and v appended to `cache`,

@@ -36,6 +36,13 @@ struct CaseInfo {
   int format = 1;                                   // 2: the backward pass too; 3: a call of the functional form
   double backward_rtol = 0, backward_atol = 0;      // the gradients' tolerance (format 2)
   FunctionalCall functional;                        // format 3, in place of options and the forward's
+  // The generation of PyTorch that made the case ("pytorch", absent: "1.13"), which the
+  // case is checked as; grad disabled (forward.grad_enabled false: the fast path's
+  // condition); the warnings PyTorch gave, when the generator recorded them.
+  std::string pytorch = "1.13";
+  PyTorchVersion version = PyTorchVersion::v1_13;
+  bool grad_enabled = true;
+  std::optional<std::vector<std::string>> pytorch_warnings;
   bool is_functional() const { return format == 3; }
 };
 
@@ -101,6 +108,24 @@ void read_case_forward(const nlohmann::json& j, const std::string& where, CaseIn
   c.average_attn_weights = case_field<bool>(j, "forward", "average_attn_weights", where);
   c.is_causal = case_field<bool>(j, "forward", "is_causal", where);
   c.training = case_field<bool>(j, "forward", "training", where);
+  if (j["forward"].contains("grad_enabled")) c.grad_enabled = case_field<bool>(j, "forward", "grad_enabled", where);
+}
+
+// The generation of PyTorch the case follows ("pytorch", absent: "1.13"; an unknown one is
+// an error), and the warnings PyTorch gave (the generator's "pytorch_warnings"), into `c`.
+void read_case_generation(const nlohmann::json& j, const std::string& where, CaseInfo& c) {
+  if (j.contains("pytorch")) c.pytorch = case_field<std::string>(j, nullptr, "pytorch", where);
+  try {
+    c.version = pytorch_version(c.pytorch);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", where, e.what()));
+  }
+  if (!j.contains("pytorch_warnings")) return;
+  const auto& warnings = j["pytorch_warnings"];
+  if (!warnings.is_array() || !std::all_of(warnings.begin(), warnings.end(), [](const auto& w) { return w.is_string(); }))
+    throw Error(fmt::format("{}: case.json field 'pytorch_warnings': expected a list of strings, got {}", where,
+                            warnings.dump()));
+  c.pytorch_warnings = warnings.template get<std::vector<std::string>>();
 }
 
 // The "backward" object of a version-2 case: the gradients' tolerance, into `c`.
@@ -149,6 +174,7 @@ CaseInfo parse_case_info(std::string_view json, const std::filesystem::path& dir
     detail::read_case_forward(j, where, c);
   }
   detail::read_case_tolerance(j, where, c);
+  detail::read_case_generation(j, where, c);
   c.expect_error = case_field<bool>(j, nullptr, "expect_error", where);
   if (c.format == 2) detail::read_case_backward(j, where, c);
   return c;
@@ -178,13 +204,15 @@ struct Case {
   std::map<std::string, xt::xarray<T>> expected_gradients;
 };
 
-// A mask file: bool, or floating of the case's dtype; anything else is rejected as
-// PyTorch rejects it.
+// A mask file: bool, uint8 (which the library takes or refuses as the case's generation
+// of PyTorch did), or floating of the case's dtype; anything else is rejected as PyTorch
+// rejects it.
 template <class T>
 std::optional<Mask<T>> load_mask(const std::filesystem::path& file, const std::string& name) {
   if (!std::filesystem::exists(file)) return std::nullopt;
   const NpyArray a = read_npy(file);
   if (a.descr == "|b1") return Mask<T>(to_xarray<bool>(a, name));
+  if (a.descr == "|u1") return Mask<T>(to_xarray<std::uint8_t>(a, name));
   if (a.descr == npy_descr<T>()) return Mask<T>(to_xarray<T>(a, name));
   if (a.descr == "<f4" || a.descr == "<f8" || a.descr == "<f2")
     throw Error(fmt::format("{}: expected bool or {} (the query's dtype), got {}", name, dtype_name(npy_descr<T>()),
@@ -237,6 +265,7 @@ Case<T> load_case(const CaseInfo& info) {
   c.forward.need_weights = info.need_weights;
   c.forward.average_attn_weights = info.average_attn_weights;
   c.forward.is_causal = info.is_causal;
+  c.forward.grad_enabled = info.grad_enabled;
   for (const char* name : {"attn_output", "attn_output_weights", "q", "k", "v"})
     if (std::filesystem::exists(dir / (std::string(name) + ".npy")))
       c.expected.emplace(name, load_npy<T>(dir / (std::string(name) + ".npy")));

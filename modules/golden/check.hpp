@@ -18,6 +18,7 @@ template <class T>
 MultiheadAttention<T> make_module(const Case<T>& c) {
   Options options = c.info.options;
   options.separate_projections = !c.parameters.contains("in_proj_weight");
+  options.pytorch = c.info.version;  // the generation of PyTorch that made the case
   MultiheadAttention<T> module(options);
   module.load_state_dict(c.parameters);
   module.train(c.info.training);
@@ -92,7 +93,8 @@ FunctionalArguments<T> functional_arguments(const Case<T>& c) {
           .v_proj_weight = tensor("v_proj_weight"),
           .static_k = tensor("static_k"),
           .static_v = tensor("static_v"),
-          .average_attn_weights = f.average_attn_weights};
+          .average_attn_weights = f.average_attn_weights,
+          .pytorch = c.info.version};
 }
 
 // F.multi_head_attention_forward on the case's inputs through `path`, passing the same
@@ -167,6 +169,23 @@ Comparison compare(const xt::xarray<T>& got, const xt::xarray<T>& expected, doub
   return r;
 }
 
+// The warnings PyTorch gave, where the case records them ("pytorch_warnings"), against the
+// library's: as many, in order, each of PyTorch's messages holding the library's (PyTorch
+// may add where in its source it warned). Empty when they agree, else the FAIL reason.
+inline std::string compare_warnings(const CaseInfo& info, const std::vector<Warning>& got) {
+  if (!info.pytorch_warnings) return {};
+  const auto& expected = *info.pytorch_warnings;
+  auto message = [](const Warning& w) { return fmt::format("{}: {}", w.argument, w.message); };
+  for (std::size_t i = 0; i < std::max(expected.size(), got.size()); ++i) {
+    if (i >= got.size()) return fmt::format("warning {} of PyTorch {} was not given: \"{}\"", i + 1, info.pytorch, expected[i]);
+    if (i >= expected.size()) return fmt::format("warning {} was given, PyTorch {} gave none: \"{}\"", i + 1, info.pytorch, message(got[i]));
+    if (expected[i].find(got[i].message) == std::string::npos)
+      return fmt::format("warning {}: PyTorch {} said \"{}\", the library \"{}\"", i + 1, info.pytorch, expected[i],
+                         message(got[i]));
+  }
+  return {};
+}
+
 // One checked case: one line of mha-golden's output.
 struct CaseResult {
   std::string name;
@@ -235,6 +254,11 @@ CaseResult check_numeric_case(const Case<T>& c) {
           fmt::format("FAIL {} ({}) returned attention weights with need_weights=false", c.info.name, variant);
       return result;
     }
+    if (const auto reason = compare_warnings(c.info, out.warnings); !reason.empty()) {
+      result.passed = false;
+      result.line = fmt::format("FAIL {} ({}) {}", c.info.name, variant, reason);
+      return result;
+    }
     if (c.info.format != 2) continue;
     if (const auto reason = check_gradients(module, c, result.max_abs_err); !reason.empty()) {
       result.passed = false;
@@ -242,7 +266,8 @@ CaseResult check_numeric_case(const Case<T>& c) {
       return result;
     }
   }
-  result.line = fmt::format("PASS {} max_abs_err={:.3g} ({})", c.info.name, result.max_abs_err, fmt::join(names, ", "));
+  result.line = fmt::format("PASS {} max_abs_err={:.3g} ({}; PyTorch {})", c.info.name, result.max_abs_err,
+                            fmt::join(names, ", "), c.info.pytorch);
   return result;
 }
 
@@ -262,6 +287,8 @@ CaseResult check_functional_case(const Case<T>& c) {
               fmt::format("FAIL {} ({}) attn_output_weights {} returned, need_weights={}", c.info.name, name,
                           out.attn_output_weights ? "was" : "was not", c.info.need_weights),
               result.max_abs_err};
+    if (const auto reason = compare_warnings(c.info, out.warnings); !reason.empty())
+      return {c.info.name, false, fmt::format("FAIL {} ({}) {}", c.info.name, name, reason), result.max_abs_err};
     for (const auto& [tensor, value] : got) {
       const auto it = c.expected.find(tensor);
       if (it == c.expected.end())
@@ -275,8 +302,8 @@ CaseResult check_functional_case(const Case<T>& c) {
                 result.max_abs_err};
     }
   }
-  result.line = fmt::format("PASS {} max_abs_err={:.3g} (functional: {})", c.info.name, result.max_abs_err,
-                            fmt::join(names, ", "));
+  result.line = fmt::format("PASS {} max_abs_err={:.3g} (functional: {}; PyTorch {})", c.info.name,
+                            result.max_abs_err, fmt::join(names, ", "), c.info.pytorch);
   return result;
 }
 

@@ -38,7 +38,8 @@ constexpr std::string_view npy_descr() {
   if constexpr (std::is_same_v<T, float>) return "<f4";
   else if constexpr (std::is_same_v<T, double>) return "<f8";
   else if constexpr (std::is_same_v<T, bool>) return "|b1";
-  else static_assert(sizeof(T) == 0, "npy: only float, double and bool are supported");
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return "|u1";  // uint8 masks (PyTorch 1.13 read them)
+  else static_assert(sizeof(T) == 0, "npy: only float, double, bool and uint8 are supported");
 }
 
 // Parses the bytes of a whole .npy file; `where` names it in messages. Throws mha::Error

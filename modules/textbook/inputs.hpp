@@ -152,9 +152,6 @@ void check_mask_ranks(const ForwardOptions<T>& opts, std::size_t qd, std::size_t
 template <class T>
 bool shape_check(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
                  const ForwardOptions<T>& opts, std::size_t H) {
-  check(!opts.is_causal || opts.attn_mask, "is_causal",
-        "Need attn_mask if specifying the is_causal hint. You may use "
-        "generate_square_subsequent_mask to create this mask.");
   const std::size_t qd = query.dimension();
   check(qd == 2 || qd == 3, "query", "query should be unbatched 2D or batched 3D tensor but received {}-D query tensor",
         qd);

@@ -17,8 +17,9 @@ namespace mha {
 template <class T>
 xt::xarray<T> canonical_mask(const Mask<T>& mask) {
   if (const auto* m = std::get_if<xt::xarray<T>>(&mask)) return *m;
-  const auto& b = std::get<xt::xarray<bool>>(mask);
-  return xt::where(b, -std::numeric_limits<T>::infinity(), T(0));
+  const auto* b = std::get_if<xt::xarray<bool>>(&mask);
+  check(b != nullptr, "mask", "only bool and floating types of masks are supported, got uint8");
+  return xt::where(*b, -std::numeric_limits<T>::infinity(), T(0));
 }
 
 // The causal mask as a bool mask: True above the diagonal, so query i sees keys 0..i.

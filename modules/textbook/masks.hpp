@@ -20,8 +20,9 @@
 export namespace mha {
 
 // A mask as the user gives it: bool (True = masked) or floating (added to the scores).
+// uint8 is what PyTorch 1.13 read as bool (with a warning) and 2.x refuses (:generations).
 template <class T>
-using Mask = std::variant<xt::xarray<bool>, xt::xarray<T>>;
+using Mask = std::variant<xt::xarray<bool>, xt::xarray<T>, xt::xarray<std::uint8_t>>;
 
 template <class T>
 std::size_t mask_dimension(const Mask<T>& mask) {
@@ -70,6 +71,7 @@ struct PreparedMasks {
   std::optional<xt::xtensor<T, 3>> attn_mask;         // (1 or B, L, S)
   std::optional<xt::xtensor<T, 2>> key_padding_mask;  // (N, S)
   bool causal_hint = false;                           // is_causal taken at its word: the causal mask replaces attn_mask
+  bool safe_softmax = false;  // 2.x's scaled_dot_product_attention: a row no key may attend to gets weight 0
 
   // One more key that every query may attend to (bias_k, or the zero key): both masks
   // grow by an unmasked column, as F.pad(mask, (0, 1)) in multi_head_attention_forward.

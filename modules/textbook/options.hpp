@@ -8,7 +8,7 @@
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :masks.
+// Uses mha.core, :versions, :masks.
 
 export namespace mha {
 
@@ -25,6 +25,8 @@ struct Options {
   bool batch_first = false;
   // Keep q/k/v_proj_weight separate even when kdim == vdim == embed_dim.
   bool separate_projections = false;
+  // Behave as PyTorch 1.13 or as PyTorch 2.x where the two differ (:versions).
+  PyTorchVersion pytorch = PyTorchVersion::v2;
 };
 
 // The arguments of MultiheadAttention.forward(...) after query, key and value.
@@ -39,6 +41,10 @@ struct ForwardOptions {
   // + add_zero_attn. Only in training with dropout > 0 (an error otherwise: there would be
   // nothing to replay); kept weights are scaled by 1 / (1 - p), as PyTorch's dropout does.
   std::optional<xt::xtensor<bool, 3>> dropout_mask;
+  // False: the call runs as PyTorch's under torch.no_grad() or torch.inference_mode(), where
+  // the module may take its native fast path (:generations). True: parameters that
+  // require grad, as a module's do, and the slow path.
+  bool grad_enabled = true;
 };
 
 // What forward returns: attn_output, and attn_output_weights when need_weights.
@@ -46,6 +52,7 @@ template <class T>
 struct Output {
   xt::xarray<T> attn_output;                         // (L, N, E), (N, L, E) or (L, E)
   std::optional<xt::xarray<T>> attn_output_weights;  // (N, L, S) or (N, H, L, S); unbatched without N
+  std::vector<Warning> warnings;                     // what PyTorch would warn of this call (:versions)
 };
 
 // A name -> tensor map, keyed by PyTorch's state_dict names.

@@ -58,6 +58,7 @@ Output<T> reference_forward(const Options& options, const Parameters<T>& params,
   std::optional<xt::xtensor<bool, 3>> keep = opts.dropout_mask;
   if (dropout_p > 0 && !keep) keep = draw_dropout_mask({qh.shape(0), L, S_total}, dropout_p, generator);
   auto attention = scaled_dot_product_attention(qh, kh, vh, mask, dropout_p, keep);
+  if (masks.safe_softmax) zero_fully_masked_rows(attention, mask);  // 2.x's SDPA: 0, not NaN
 
   // 9) heads side by side again, then out_proj: (N*H, L, D) -> (L, N, E)
   auto merged = merge_heads(attention.output, H);                                   // (L, N, E)

@@ -1,0 +1,212 @@
+// mha:generations — what PyTorch 1.13 and PyTorch 2.x each do with the same call.
+//
+// Which code of PyTorch computes a forward (PyTorchPath), decided from the same inputs as
+// MultiheadAttention.forward decides it (torch/nn/modules/activation.py, its
+// why_not_fast_path checks), and what each generation does with the masks before step 3
+// (torch/nn/functional.py, multi_head_attention_forward and _canonical_mask). Every
+// difference of docs/versions.md that is not a number is here:
+//   masks      uint8 attn_mask: 1.13 reads it as bool and warns, 2.x refuses it;
+//              a bool and a float mask: 2.x warns and adds them as float masks, 1.13
+//              merges by logical_or (a nonzero float masks) or, into a float attn_mask,
+//              merges nothing;
+//   is_causal  2.x: a hint that attn_mask is causal, taken at its word on the SDPA branch
+//              without key_padding_mask, refused without attn_mask, ignored on the fast
+//              path; 1.13 has no such argument: the mask is applied as given;
+//   paths      2.x with need_weights=false runs scaled_dot_product_attention, whose softmax
+//              gives a fully masked row weight 0 (PreparedMasks::safe_softmax); the
+//              native fast path (grad disabled, ...) keeps NaN there, and 1.13's makes a
+//              float key_padding_mask bool, with a warning.
+// The masks come out as prepare_masks (:masks) takes them: the generation's reading
+// expressed as 2.x's additive merge, so that every path computes it unchanged.
+//
+// Legend: L = target length, S = source length, N = batch, H = heads, B = N*H.
+//
+// Included by modules/textbook.cppm, in its module purview: no module line of its own.
+// Uses mha.core, :versions, :masks, :attention, :options, :inputs.
+
+export namespace mha {
+
+// Which code of PyTorch computes a forward:
+//   weights    multi_head_attention_forward computing the (L, S) weights (1.13 always; 2.x
+//              with need_weights=true);
+//   sdpa       2.x's branch without weights: scaled_dot_product_attention;
+//   fast_path  torch._native_multi_head_attention, MultiheadAttention.forward's fast path.
+// The library computes each with any AttentionPath: this is what it computes, not how.
+enum class PyTorchPath { weights, sdpa, fast_path };
+
+// The path PyTorch takes, and why not the fast path (empty when it is taken), in
+// PyTorch's words.
+struct PathChoice {
+  PyTorchPath path = PyTorchPath::weights;
+  std::string why_not_fast_path;
+};
+
+}  // namespace mha
+
+namespace mha::detail {
+
+template <class T>
+bool is_float_mask(const std::optional<Mask<T>>& m) {
+  return m && std::holds_alternative<xt::xarray<T>>(*m);
+}
+
+template <class T>
+bool is_uint8_mask(const std::optional<Mask<T>>& m) {
+  return m && std::holds_alternative<xt::xarray<std::uint8_t>>(*m);
+}
+
+// A mask read as bool: nonzero = masked, as PyTorch's .to(torch.bool).
+template <class T>
+Mask<T> nonzero_as_bool(const Mask<T>& m) {
+  return std::visit([](const auto& x) { return Mask<T>(xt::xarray<bool>(xt::not_equal(x, 0))); }, m);
+}
+
+// MultiheadAttention.forward's reasons not to take the native fast path, in its order,
+// for the generation chosen; empty when it takes it. (Autocast, nested tensors, devices
+// and __torch_function__ have no counterpart here.)
+template <class T>
+std::string why_not_fast_path(const Options& o, bool training, const ForwardOptions<T>& opts, const Geometry& g) {
+  const Sizes s(o);
+  const bool v2 = o.pytorch == PyTorchVersion::v2;
+  if (!g.batched) return "input not batched; expected query.dim() of 3 but got 2";
+  if (g.aliasing != Aliasing::self_attention)
+    return "non-self attention was used (query, key, and value are not the same Tensor)";
+  if (training) return "training is enabled";
+  if (v2 && s.H % 2 != 0) return "self.num_heads is not even";
+  if (!o.batch_first) return "batch_first was not True";
+  if (o.add_bias_kv) return "self.bias_k was not None";
+  if (!v2 && o.dropout > 0) return fmt::format("dropout was {}, required zero", o.dropout);
+  if (o.add_zero_attn) return "add_zero_attn was enabled";
+  if (s.kdim != s.E || s.vdim != s.E) return "_qkv_same_embed_dim was not True";
+  if (!v2 && opts.attn_mask) return "attn_mask was not None";
+  if (!v2 && s.H % 2 == 1) return "num_heads is odd";
+  // 2.x sets this first, and any reason above replaces it.
+  if (v2 && (is_float_mask(opts.attn_mask) || is_float_mask(opts.key_padding_mask)))
+    return "floating-point masks are not supported for fast path.";
+  if (opts.grad_enabled)
+    return "grad is enabled and at least one of query or the input/output projection weights or biases "
+           "requires_grad";
+  // 2.x hands the fast path only a module with in_proj_bias, else runs the slow path.
+  if (v2 && !o.bias) return "in_proj_bias was None";
+  return {};
+}
+
+// The path of a module's forward: the fast path when nothing rules it out, else
+// multi_head_attention_forward, whose 2.x branch without weights is SDPA.
+template <class T>
+PathChoice module_path(const Options& o, bool training, const ForwardOptions<T>& opts, const Geometry& g) {
+  PathChoice choice{PyTorchPath::weights, why_not_fast_path(o, training, opts, g)};
+  if (choice.why_not_fast_path.empty()) choice.path = PyTorchPath::fast_path;
+  else if (o.pytorch == PyTorchVersion::v2 && !opts.need_weights) choice.path = PyTorchPath::sdpa;
+  return choice;
+}
+
+// The path of F.multi_head_attention_forward, which has no fast path.
+inline PathChoice functional_path(PyTorchVersion version, bool need_weights) {
+  const bool sdpa = version == PyTorchVersion::v2 && !need_weights;
+  return {sdpa ? PyTorchPath::sdpa : PyTorchPath::weights, "the functional form has no fast path"};
+}
+
+// The masks as one generation reads them, ready for 2.x's preparation (prepare_masks),
+// and the is_causal hint to take at its word there (never under 1.13 nor on the fast path).
+template <class T>
+struct GenerationMasks {
+  std::optional<Mask<T>> attn_mask, key_padding_mask;
+  bool is_causal = false;
+};
+
+// What the generation does with the masks before step 3: the checks and warnings of its
+// dtypes and of is_causal, and its merge written as 2.x's addition. Warnings are appended.
+template <class T>
+GenerationMasks<T> masks_as(PyTorchVersion version, PyTorchPath path, std::optional<Mask<T>> attn_mask,
+                            std::optional<Mask<T>> key_padding_mask, bool is_causal, std::vector<Warning>& warnings) {
+  const bool v2 = version == PyTorchVersion::v2;
+  // 1) the dtypes: bool and floating only (_canonical_mask, and 1.13's module); 1.13 read
+  //    a uint8 attn_mask as bool, with a warning
+  check(!is_uint8_mask(key_padding_mask), "key_padding_mask",
+        "only bool and floating types of key_padding_mask are supported, got uint8");
+  if (v2 && attn_mask && key_padding_mask && attn_mask->index() != key_padding_mask->index())
+    warnings.push_back({"key_padding_mask",
+                        "Support for mismatched key_padding_mask and attn_mask is deprecated. Use same type for both "
+                        "instead."});
+  if (is_uint8_mask(attn_mask)) {
+    check(!v2, "attn_mask",
+          "only bool and floating types of attn_mask are supported, got uint8 (PyTorch 2.x; 1.13 read it as bool)");
+    warnings.push_back(
+        {"attn_mask", "Byte tensor for attn_mask in nn.MultiheadAttention is deprecated. Use bool tensor instead."});
+    attn_mask = nonzero_as_bool(*attn_mask);
+  }
+  // 2) is_causal: 2.x needs the mask it describes (but its fast path never reads the
+  //    hint); 1.13 has no such argument, and applies the mask as given
+  if (is_causal && (!v2 || path != PyTorchPath::fast_path))
+    check(attn_mask.has_value(), "is_causal", "{}",
+          v2 ? "Need attn_mask if specifying the is_causal hint. You may use the Transformer module method "
+               "`generate_square_subsequent_mask` to create this mask."
+             : "PyTorch 1.13 has no is_causal argument: expected the causal mask as attn_mask, got none");
+  // 3) 1.13's merge, as an addition: a float key_padding_mask is made bool on the fast
+  //    path (with a warning) and by logical_or with a bool attn_mask, and masked_fill with
+  //    a float mask into a float attn_mask fills nothing
+  if (!v2 && is_float_mask(key_padding_mask)) {
+    if (path == PyTorchPath::fast_path) {
+      warnings.push_back({"key_padding_mask",
+                          "Converting mask without torch.bool dtype to bool; this will negatively affect performance. "
+                          "Prefer to use a boolean mask directly."});
+      key_padding_mask = nonzero_as_bool(*key_padding_mask);
+    } else if (attn_mask && !is_float_mask(attn_mask)) {
+      key_padding_mask = nonzero_as_bool(*key_padding_mask);
+    } else if (attn_mask) {
+      key_padding_mask.reset();
+    }
+  }
+  return {std::move(attn_mask), std::move(key_padding_mask), v2 && is_causal && path != PyTorchPath::fast_path};
+}
+
+// Step 2 of a module's forward as the generation computes it on `path`: the masks as
+// float masks, shapes checked, the is_causal hint, and SDPA's softmax on its branch.
+template <class T>
+PreparedMasks<T> prepare_masks_as(const Options& o, PyTorchPath path, const ForwardOptions<T>& opts, const Geometry& g,
+                                  std::vector<Warning>& warnings) {
+  check(o.pytorch == PyTorchVersion::v2 || path != PyTorchPath::fast_path || o.bias, "bias",
+        "_native_multi_head_attention(): argument 'qkv_bias' (position 7) must be Tensor, not NoneType (PyTorch "
+        "1.13's fast path needs in_proj_bias: bias=True)");
+  auto m = masks_as(o.pytorch, path, opts.attn_mask, opts.key_padding_mask, opts.is_causal, warnings);
+  PreparedMasks<T> masks = prepare_masks(m.attn_mask, m.key_padding_mask, m.is_causal, opts.need_weights, g.batched,
+                                         g.L, g.N, g.S, Sizes(o).H);
+  masks.safe_softmax = path == PyTorchPath::sdpa;
+  return masks;
+}
+
+// Whether some (batch-head, query) row has no key it may attend to: every entry of the
+// merged mask -inf, with no bias_k and no zero key to rescue it.
+template <class T>
+bool has_fully_masked_row(const PreparedMasks<T>& masks, std::size_t H, std::size_t L, bool extra_key) {
+  if (extra_key || masks.causal_hint) return false;  // an appended key, or key 0, is never masked
+  const auto merged = merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or B, L, S)
+  if (!merged || merged->shape(2) == 0) return false;
+  const std::size_t rows = merged->shape(0) * L, S = merged->shape(2);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const T* row = merged->data() + r * S;
+    if (std::all_of(row, row + S, [](T x) { return x == -std::numeric_limits<T>::infinity(); })) return true;
+  }
+  return false;
+}
+
+// 2.x's scaled_dot_product_attention on the CPU (its "safe softmax", PyTorch 2.5 on): a
+// query row whose every score is -inf gets weight 0, not NaN, so its output is 0.
+// attention (B, L, ...), mask (1 or B, L, S).
+template <class T>
+void zero_fully_masked_rows(Attention<T>& attention, const std::optional<xt::xtensor<T, 3>>& mask) {
+  if (!mask) return;
+  const std::size_t B = attention.output.shape(0), L = attention.output.shape(1), S = mask->shape(2);
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t i = 0; i < L; ++i) {
+      const T* row = &(*mask)(mask->shape(0) == 1 ? 0 : b, i, 0);
+      if (S == 0 || !std::all_of(row, row + S, [](T x) { return x == -std::numeric_limits<T>::infinity(); }))
+        continue;
+      xt::view(attention.output, b, i, xt::all()) = T(0);
+      xt::view(attention.weights, b, i, xt::all()) = T(0);
+      xt::view(attention.probabilities, b, i, xt::all()) = T(0);
+    }
+}
+
+}  // namespace mha::detail
