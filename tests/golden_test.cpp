@@ -37,6 +37,9 @@ void check_golden(const mha::CaseInfo& info, const std::string& path_name, Atten
       } catch (const mha::Error& e) {
         REQUIRE(std::string(e.what()).starts_with("need_weights:"));
       }
+      // ... (under 2.x, need_weights=false is another call: SDPA's, which gives a fully
+      // masked row 0 where the weights' branch gives NaN; the case does not allow it) ...
+      if (info.version == mha::PyTorchVersion::v2) continue;
       // ... and gives PyTorch's attn_output without them (the is_causal hint off, so that
       // the case's own attn_mask is the one applied).
       run.forward.need_weights = false;
@@ -72,8 +75,8 @@ void check_rejected(const mha::CaseInfo& info, AttentionPath path) {
 }  // namespace
 
 TEST_CASE("every golden case matches PyTorch through every attention path and both variants", "[golden]") {
-  const auto cases = mha_test::all_cases();
-  REQUIRE(cases.size() >= 80);
+  const auto cases = mha_test::cases_of_every_generation();
+  REQUIRE(cases.size() >= 300);  // 1.13's and 2.6's
   for (const auto& dir : cases) {
     const auto info = mha::read_case_info(dir);
     if (info.is_functional()) continue;  // a call of the functional form: the test below
@@ -96,7 +99,7 @@ TEST_CASE("every format-3 golden case (a call of F.multi_head_attention_forward)
   // mha::check_case runs each call through the reference, the fast engine and, without
   // weights, the memory-efficient engine; a rejection case must be refused on every path.
   std::size_t numeric = 0, rejections = 0;
-  for (const auto& dir : mha_test::all_cases()) {
+  for (const auto& dir : mha_test::cases_of_every_generation()) {
     const auto info = mha::read_case_info(dir);
     if (!info.is_functional()) continue;
     ++(info.expect_error ? rejections : numeric);
@@ -131,7 +134,7 @@ TEST_CASE("every format-2 golden case's gradients match PyTorch's, packed and se
   // case's backward tolerance; a packed case's grad.in_proj_weight is compared by rows
   // with the separate variant's q/k/v_proj_weight.
   std::size_t format_2 = 0;
-  for (const auto& dir : mha_test::all_cases()) {
+  for (const auto& dir : mha_test::cases_of_every_generation()) {
     const auto info = mha::read_case_info(dir);
     if (info.format != 2) continue;
     ++format_2;
@@ -144,7 +147,7 @@ TEST_CASE("every format-2 golden case's gradients match PyTorch's, packed and se
 
 TEST_CASE("format-2 gradients match PyTorch's through the reference and the fast backward", "[golden][backward]") {
   // check_case runs the default (fast) backward; here each path is named and run.
-  for (const auto& dir : mha_test::all_cases()) {
+  for (const auto& dir : mha_test::cases_of_every_generation()) {
     const auto info = mha::read_case_info(dir);
     if (info.format != 2) continue;
     auto check_as = [&]<class T>(T) {

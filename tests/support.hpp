@@ -23,8 +23,18 @@ namespace mha_test {
 
 inline std::filesystem::path golden_cases() { return std::filesystem::path(MHA_SOURCE_DIR) / "golden" / "cases"; }
 
-// Every case folder under golden/cases, as mha-golden finds them.
+// Every case folder under golden/cases (PyTorch 1.13's), as mha-golden finds them.
 inline std::vector<std::filesystem::path> all_cases() { return mha::find_cases({golden_cases()}); }
+
+// The cases PyTorch 2.6 made: golden/pytorch-2.6/cases.
+inline std::filesystem::path golden_cases_2_6() {
+  return std::filesystem::path(MHA_SOURCE_DIR) / "golden" / "pytorch-2.6" / "cases";
+}
+
+// Every case of both generations: PyTorch 1.13's, then PyTorch 2.6's.
+inline std::vector<std::filesystem::path> cases_of_every_generation() {
+  return mha::find_cases({golden_cases(), golden_cases_2_6()});
+}
 
 // The numeric (not expect_error) cases of one dtype that describe a module (versions 1
 // and 2; a version-3 case is a call of the functional form).

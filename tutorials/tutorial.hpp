@@ -114,6 +114,9 @@ inline void refuse_unless(bool accepted, const mha::CaseInfo& info, std::string_
 inline void refuse_error_case(const mha::CaseInfo& info) {
   refuse_unless(!info.expect_error, info,
                 "records an error PyTorch raised (expect_error), not outputs: choose a case that runs");
+  refuse_unless(!info.generations_differ, info,
+                "shows where PyTorch 1.13 and 2.x compute differently (docs/versions.md): the tutorials' steps are "
+                "one generation's; mha-golden checks it under its own");
   refuse_unless(!info.is_functional(), info,
                 "is a call of F.multi_head_attention_forward (format 3), not a module: choose a case that is not "
                 "functional_*");

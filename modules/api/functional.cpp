@@ -204,8 +204,8 @@ Output<T> multi_head_attention_forward(const xt::xarray<T>& query, const xt::xar
   //    2.x's branch without weights is SDPA
   std::vector<Warning> warnings;
   const PyTorchPath pytorch_path = detail::functional_path(args.pytorch, args.need_weights).path;
-  const auto read = detail::masks_as(args.pytorch, pytorch_path, opts.attn_mask, opts.key_padding_mask,
-                                     args.is_causal, warnings);
+  const auto read =
+      detail::masks_as(args.pytorch, pytorch_path, opts.attn_mask, opts.key_padding_mask, args.is_causal, warnings);
   PreparedMasks<T> masks = detail::functional_masks(args, read, g, statics, s.H);
   masks.safe_softmax = pytorch_path == PyTorchPath::sdpa;
 

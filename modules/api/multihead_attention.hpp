@@ -264,9 +264,9 @@ private:
     PreparedMasks<T> masks = detail::prepare_masks_as(options_, path, opts, g, warnings);
 
     // 3)-10) the attention itself, by the path chosen
-    Output<T> out = detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
-                                            detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_,
-                                            saved);
+    Output<T> out =
+        detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
+                                detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_, saved);
     out.warnings = std::move(warnings);
     return out;
   }

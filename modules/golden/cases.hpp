@@ -43,6 +43,7 @@ struct CaseInfo {
   PyTorchVersion version = PyTorchVersion::v1_13;
   bool grad_enabled = true;
   std::optional<std::vector<std::string>> pytorch_warnings;
+  bool generations_differ = false;  // the generator's "generations_differ": 1.13 and 2.x compute it differently
   bool is_functional() const { return format == 3; }
 };
 
@@ -120,9 +121,12 @@ void read_case_generation(const nlohmann::json& j, const std::string& where, Cas
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", where, e.what()));
   }
+  if (j.contains("generations_differ"))
+    c.generations_differ = case_field<bool>(j, nullptr, "generations_differ", where);
   if (!j.contains("pytorch_warnings")) return;
   const auto& warnings = j["pytorch_warnings"];
-  if (!warnings.is_array() || !std::all_of(warnings.begin(), warnings.end(), [](const auto& w) { return w.is_string(); }))
+  if (!warnings.is_array() ||
+      !std::all_of(warnings.begin(), warnings.end(), [](const auto& w) { return w.is_string(); }))
     throw Error(fmt::format("{}: case.json field 'pytorch_warnings': expected a list of strings, got {}", where,
                             warnings.dump()));
   c.pytorch_warnings = warnings.template get<std::vector<std::string>>();

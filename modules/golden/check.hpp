@@ -177,8 +177,10 @@ inline std::string compare_warnings(const CaseInfo& info, const std::vector<Warn
   const auto& expected = *info.pytorch_warnings;
   auto message = [](const Warning& w) { return fmt::format("{}: {}", w.argument, w.message); };
   for (std::size_t i = 0; i < std::max(expected.size(), got.size()); ++i) {
-    if (i >= got.size()) return fmt::format("warning {} of PyTorch {} was not given: \"{}\"", i + 1, info.pytorch, expected[i]);
-    if (i >= expected.size()) return fmt::format("warning {} was given, PyTorch {} gave none: \"{}\"", i + 1, info.pytorch, message(got[i]));
+    if (i >= got.size())
+      return fmt::format("warning {} of PyTorch {} was not given: \"{}\"", i + 1, info.pytorch, expected[i]);
+    if (i >= expected.size())
+      return fmt::format("warning {} was given, PyTorch {} gave none: \"{}\"", i + 1, info.pytorch, message(got[i]));
     if (expected[i].find(got[i].message) == std::string::npos)
       return fmt::format("warning {}: PyTorch {} said \"{}\", the library \"{}\"", i + 1, info.pytorch, expected[i],
                          message(got[i]));
@@ -302,8 +304,8 @@ CaseResult check_functional_case(const Case<T>& c) {
                 result.max_abs_err};
     }
   }
-  result.line = fmt::format("PASS {} max_abs_err={:.3g} (functional: {}; PyTorch {})", c.info.name,
-                            result.max_abs_err, fmt::join(names, ", "), c.info.pytorch);
+  result.line = fmt::format("PASS {} max_abs_err={:.3g} (functional: {}; PyTorch {})", c.info.name, result.max_abs_err,
+                            fmt::join(names, ", "), c.info.pytorch);
   return result;
 }
 

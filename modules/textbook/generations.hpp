@@ -201,8 +201,7 @@ void zero_fully_masked_rows(Attention<T>& attention, const std::optional<xt::xte
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t i = 0; i < L; ++i) {
       const T* row = &(*mask)(mask->shape(0) == 1 ? 0 : b, i, 0);
-      if (S == 0 || !std::all_of(row, row + S, [](T x) { return x == -std::numeric_limits<T>::infinity(); }))
-        continue;
+      if (S == 0 || !std::all_of(row, row + S, [](T x) { return x == -std::numeric_limits<T>::infinity(); })) continue;
       xt::view(attention.output, b, i, xt::all()) = T(0);
       xt::view(attention.weights, b, i, xt::all()) = T(0);
       xt::view(attention.probabilities, b, i, xt::all()) = T(0);

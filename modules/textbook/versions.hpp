@@ -32,8 +32,8 @@ struct Warning {
 inline PyTorchVersion pytorch_version(std::string_view major_minor) {
   if (major_minor == "1.13") return PyTorchVersion::v1_13;
   if (major_minor == "2.6") return PyTorchVersion::v2;
-  throw Error(fmt::format("pytorch: unknown PyTorch version \"{}\" (this library follows \"1.13\" and \"2.6\")",
-                          major_minor));
+  throw Error(
+      fmt::format("pytorch: unknown PyTorch version \"{}\" (this library follows \"1.13\" and \"2.6\")", major_minor));
 }
 
 // "1.13" or "2.x", for messages.
