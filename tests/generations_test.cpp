@@ -95,8 +95,14 @@ TEST_CASE("2.x decides the fast path as PyTorch does: each condition that rules 
        {"grad_disabled_seq_first_fully_padded_batch_f32", "grad_disabled_odd_heads_fully_padded_batch_f32",
         "grad_disabled_cross_fully_padded_batch_f32", "grad_disabled_float_attn_mask_fully_masked_row_f32"})
     require_generations_differ(name, true);
-  // Without in_proj_bias, 2.x runs the slow path; 1.13 would hand the fast path None.
+  // Without in_proj_bias, 2.x runs the slow path; 1.13 hands the fast path None, and fails.
   require_generations_differ("grad_disabled_no_bias_fully_padded_batch_f32", false);
+  const auto refused = check_as(mha_test::golden_cases(), "reject_fast_path_without_bias", PyTorchVersion::v1_13);
+  INFO(refused.line);
+  CHECK(refused.passed);
+  const auto computed = check_as(mha_test::golden_cases(), "reject_fast_path_without_bias", PyTorchVersion::v2);
+  INFO(computed.line);
+  CHECK_FALSE(computed.passed);
 }
 
 TEST_CASE("grad_enabled decides: the fast path's case run with grad enabled fails under 2.x", "[generations]") {

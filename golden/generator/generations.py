@@ -191,6 +191,14 @@ GENERATION_CASES = [
 GENERATION_CASES = [dataclasses.replace(c, generations_differ=True) for c in GENERATION_CASES]
 
 GENERATION_REJECTIONS = [
+    Rejection("reject_fast_path_without_bias",
+              "Grad disabled, batch_first self-attention, bias=False: 1.13 takes its native fast "
+              "path and hands it in_proj_bias None (\"_native_multi_head_attention(): argument "
+              "'qkv_bias' (position 7) must be Tensor, not NoneType\"); 2.x runs the slow path "
+              "(grad_disabled_no_bias_fully_padded_batch_f32).",
+              _base("b", N=2, L=4, S=4, layout=BATCH_FIRST, bias=False, key_padding_mask=True,
+                    grad_enabled=False),
+              generations=("1.13",)),
     Rejection("reject_key_padding_mask_uint8",
               "key_padding_mask of dtype uint8: both generations accept only bool and floating "
               "key padding masks (\"only bool and floating types of key_padding_mask are "

@@ -272,7 +272,7 @@ def check_torch_rejects(rejection: Rejection, mha, tensors: dict) -> None:
             broken = torch.nn.MultiheadAttention(**rejection.module_options(), dtype=case.dtype)
             broken.load_state_dict(mha.state_dict())
             mha = broken.eval()
-        with slow_path_only([]):
+        with pytorch_call(case, []):  # the slow path, or with grad disabled PyTorch's own choice
             call_forward(mha, tensors, case, rejection.forward_options()["is_causal"])
     except FastPathTaken:
         raise
