@@ -15,7 +15,8 @@
     training.py       golden/training/: a small model's first steps of training by Adam
     golden_folder.py  a whole golden folder: cases/, layouts/, weights/ and training/
     check.py          --check: regenerate and compare, byte for byte or within MAX_ULPS
-    versions.py       PyTorch 1.13.1, which made the goldens, or 2.x, which checks them
+    versions.py       the generation of the PyTorch here (1.13 or 2.x), and its golden folder
+    generations.py    the cases where PyTorch 1.13 and 2.x differ, written by each
 """
 
 import os
