@@ -15,6 +15,7 @@ import :platform;
 import :textbook;
 import :engine;
 
+#include "api/pytorch_paths.hpp"
 #include "api/functional.hpp"
 #include "api/multihead_attention.hpp"
 #include "api/kv_cache.hpp"

@@ -1,10 +1,9 @@
 // mha:generations — what PyTorch 1.13 and PyTorch 2.x each do with the same call.
 //
-// Which code of PyTorch computes a forward (PyTorchPath), decided from the same inputs as
-// MultiheadAttention.forward decides it (torch/nn/modules/activation.py, its
-// why_not_fast_path checks), and what each generation does with the masks before step 3
-// (torch/nn/functional.py, multi_head_attention_forward and _canonical_mask). Every
-// difference of docs/versions.md that is not a number is here:
+// Which code of PyTorch computes a forward (PyTorchPath; modules/api/pytorch_paths.hpp
+// decides it as MultiheadAttention.forward does), and what each generation does with the
+// masks before step 3 (torch/nn/functional.py, multi_head_attention_forward and
+// _canonical_mask). The differences of docs/versions.md that are not numbers:
 //   masks      uint8 attn_mask: 1.13 reads it as bool and warns, 2.x refuses it;
 //              a bool and a float mask: 2.x warns and adds them as float masks, 1.13
 //              merges by logical_or (a nonzero float masks) or, into a float attn_mask,
@@ -22,7 +21,7 @@
 // Legend: L = target length, S = source length, N = batch, H = heads, B = N*H.
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :versions, :masks, :attention, :options, :inputs.
+// Uses mha.core, :versions, :masks, :attention.
 
 export namespace mha {
 
@@ -33,13 +32,6 @@ export namespace mha {
 //   fast_path  torch._native_multi_head_attention, MultiheadAttention.forward's fast path.
 // The library computes each with any AttentionPath: this is what it computes, not how.
 enum class PyTorchPath { weights, sdpa, fast_path };
-
-// The path PyTorch takes, and why not the fast path (empty when it is taken), in
-// PyTorch's words.
-struct PathChoice {
-  PyTorchPath path = PyTorchPath::weights;
-  std::string why_not_fast_path;
-};
 
 }  // namespace mha
 
@@ -59,52 +51,6 @@ bool is_uint8_mask(const std::optional<Mask<T>>& m) {
 template <class T>
 Mask<T> nonzero_as_bool(const Mask<T>& m) {
   return std::visit([](const auto& x) { return Mask<T>(xt::xarray<bool>(xt::not_equal(x, 0))); }, m);
-}
-
-// MultiheadAttention.forward's reasons not to take the native fast path, in its order,
-// for the generation chosen; empty when it takes it. (Autocast, nested tensors, devices
-// and __torch_function__ have no counterpart here.)
-template <class T>
-std::string why_not_fast_path(const Options& o, bool training, const ForwardOptions<T>& opts, const Geometry& g) {
-  const Sizes s(o);
-  const bool v2 = o.pytorch == PyTorchVersion::v2;
-  if (!g.batched) return "input not batched; expected query.dim() of 3 but got 2";
-  if (g.aliasing != Aliasing::self_attention)
-    return "non-self attention was used (query, key, and value are not the same Tensor)";
-  if (training) return "training is enabled";
-  if (v2 && s.H % 2 != 0) return "self.num_heads is not even";
-  if (!o.batch_first) return "batch_first was not True";
-  if (o.add_bias_kv) return "self.bias_k was not None";
-  if (!v2 && o.dropout > 0) return fmt::format("dropout was {}, required zero", o.dropout);
-  if (o.add_zero_attn) return "add_zero_attn was enabled";
-  if (s.kdim != s.E || s.vdim != s.E) return "_qkv_same_embed_dim was not True";
-  if (!v2 && opts.attn_mask) return "attn_mask was not None";
-  if (!v2 && s.H % 2 == 1) return "num_heads is odd";
-  // 2.x sets this first, and any reason above replaces it.
-  if (v2 && (is_float_mask(opts.attn_mask) || is_float_mask(opts.key_padding_mask)))
-    return "floating-point masks are not supported for fast path.";
-  if (opts.grad_enabled)
-    return "grad is enabled and at least one of query or the input/output projection weights or biases "
-           "requires_grad";
-  // 2.x hands the fast path only a module with in_proj_bias, else runs the slow path.
-  if (v2 && !o.bias) return "in_proj_bias was None";
-  return {};
-}
-
-// The path of a module's forward: the fast path when nothing rules it out, else
-// multi_head_attention_forward, whose 2.x branch without weights is SDPA.
-template <class T>
-PathChoice module_path(const Options& o, bool training, const ForwardOptions<T>& opts, const Geometry& g) {
-  PathChoice choice{PyTorchPath::weights, why_not_fast_path(o, training, opts, g)};
-  if (choice.why_not_fast_path.empty()) choice.path = PyTorchPath::fast_path;
-  else if (o.pytorch == PyTorchVersion::v2 && !opts.need_weights) choice.path = PyTorchPath::sdpa;
-  return choice;
-}
-
-// The path of F.multi_head_attention_forward, which has no fast path.
-inline PathChoice functional_path(PyTorchVersion version, bool need_weights) {
-  const bool sdpa = version == PyTorchVersion::v2 && !need_weights;
-  return {sdpa ? PyTorchPath::sdpa : PyTorchPath::weights, "the functional form has no fast path"};
 }
 
 // The masks as one generation reads them, ready for 2.x's preparation (prepare_masks),
@@ -129,7 +75,7 @@ GenerationMasks<T> masks_as(PyTorchVersion version, PyTorchPath path, std::optio
     warnings.push_back({"key_padding_mask",
                         "Support for mismatched key_padding_mask and attn_mask is deprecated. Use same type for both "
                         "instead."});
-  if (is_uint8_mask(attn_mask)) {
+  if (attn_mask && std::holds_alternative<xt::xarray<std::uint8_t>>(*attn_mask)) {
     check(!v2, "attn_mask",
           "only bool and floating types of attn_mask are supported, got uint8 (PyTorch 2.x; 1.13 read it as bool)");
     warnings.push_back(
@@ -146,7 +92,7 @@ GenerationMasks<T> masks_as(PyTorchVersion version, PyTorchPath path, std::optio
   // 3) 1.13's merge, as an addition: a float key_padding_mask is made bool on the fast
   //    path (with a warning) and by logical_or with a bool attn_mask, and masked_fill with
   //    a float mask into a float attn_mask fills nothing
-  if (!v2 && is_float_mask(key_padding_mask)) {
+  if (!v2 && key_padding_mask && std::holds_alternative<xt::xarray<T>>(*key_padding_mask)) {
     if (path == PyTorchPath::fast_path) {
       warnings.push_back({"key_padding_mask",
                           "Converting mask without torch.bool dtype to bool; this will negatively affect performance. "
@@ -159,21 +105,6 @@ GenerationMasks<T> masks_as(PyTorchVersion version, PyTorchPath path, std::optio
     }
   }
   return {std::move(attn_mask), std::move(key_padding_mask), v2 && is_causal && path != PyTorchPath::fast_path};
-}
-
-// Step 2 of a module's forward as the generation computes it on `path`: the masks as
-// float masks, shapes checked, the is_causal hint, and SDPA's softmax on its branch.
-template <class T>
-PreparedMasks<T> prepare_masks_as(const Options& o, PyTorchPath path, const ForwardOptions<T>& opts, const Geometry& g,
-                                  std::vector<Warning>& warnings) {
-  check(o.pytorch == PyTorchVersion::v2 || path != PyTorchPath::fast_path || o.bias, "bias",
-        "_native_multi_head_attention(): argument 'qkv_bias' (position 7) must be Tensor, not NoneType (PyTorch "
-        "1.13's fast path needs in_proj_bias: bias=True)");
-  auto m = masks_as(o.pytorch, path, opts.attn_mask, opts.key_padding_mask, opts.is_causal, warnings);
-  PreparedMasks<T> masks = prepare_masks(m.attn_mask, m.key_padding_mask, m.is_causal, opts.need_weights, g.batched,
-                                         g.L, g.N, g.S, Sizes(o).H);
-  masks.safe_softmax = path == PyTorchPath::sdpa;
-  return masks;
 }
 
 // Whether some (batch-head, query) row has no key it may attend to: every entry of the
