@@ -1,17 +1,17 @@
-// mha:pytorch_paths — which code of PyTorch runs a call: its native fast path or not.
+// modules/api/pytorch_paths.hpp — which code of PyTorch runs a call: its native fast path or not.
 //
 // MultiheadAttention.forward (torch/nn/modules/activation.py) first checks whether it can
 // hand the whole layer to torch._native_multi_head_attention, building a string
 // why_not_fast_path; otherwise it calls F.multi_head_attention_forward, whose 2.x branch
 // without weights is scaled_dot_product_attention. The conditions differ by generation
 // (docs/versions.md, the switch); they are decided here from the same inputs, and the
-// masks of step 2 prepared as that code reads them (:generations). Which AttentionPath
+// masks of step 2 prepared as that code reads them (generations.hpp). Which AttentionPath
 // then computes it is the library's own choice (attention_steps).
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 //
 // Included by modules/api.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :versions, :masks, :options, :inputs, :generations.
+// Uses mha.core, versions.hpp, masks.hpp, options.hpp, inputs.hpp, generations.hpp.
 
 export namespace mha {
 
@@ -75,14 +75,14 @@ inline PathChoice functional_path(PyTorchVersion version, bool need_weights) {
 // Step 2 of a module's forward as the generation computes it on `path`: the masks as
 // float masks, shapes checked, the is_causal hint, and SDPA's softmax on its branch.
 template <class T>
-PreparedMasks<T> prepare_masks_as(const Options& o, PyTorchPath path, const ForwardOptions<T>& opts, const Geometry& g,
-                                  std::vector<Warning>& warnings) {
+textbook::PreparedMasks<T> prepare_masks_as(const Options& o, PyTorchPath path, const ForwardOptions<T>& opts,
+                                            const Geometry& g, std::vector<Warning>& warnings) {
   check(o.pytorch == PyTorchVersion::v2 || path != PyTorchPath::fast_path || o.bias, "bias",
         "_native_multi_head_attention(): argument 'qkv_bias' (position 7) must be Tensor, not NoneType (PyTorch "
         "1.13's fast path needs in_proj_bias: bias=True)");
   auto m = masks_as(o.pytorch, path, opts.attn_mask, opts.key_padding_mask, opts.is_causal, warnings);
-  PreparedMasks<T> masks = prepare_masks(m.attn_mask, m.key_padding_mask, m.is_causal, opts.need_weights, g.batched,
-                                         g.L, g.N, g.S, Sizes(o).H);
+  textbook::PreparedMasks<T> masks = textbook::prepare_masks(m.attn_mask, m.key_padding_mask, m.is_causal,
+                                                             opts.need_weights, g.batched, g.L, g.N, g.S, Sizes(o).H);
   masks.safe_softmax = path == PyTorchPath::sdpa;
   return masks;
 }

@@ -1,4 +1,4 @@
-// mha:generations — what PyTorch 1.13 and PyTorch 2.x each do with the same call.
+// modules/textbook/generations.hpp — what PyTorch 1.13 and PyTorch 2.x each do with the same call.
 //
 // Which code of PyTorch computes a forward (PyTorchPath; modules/api/pytorch_paths.hpp
 // decides it as MultiheadAttention.forward does), and what each generation does with the
@@ -15,13 +15,13 @@
 //              gives a fully masked row weight 0 (PreparedMasks::safe_softmax); the
 //              native fast path (grad disabled, ...) keeps NaN there, and 1.13's makes a
 //              float key_padding_mask bool, with a warning.
-// The masks come out as prepare_masks (:masks) takes them: the generation's reading
+// The masks come out as prepare_masks (masks.hpp) takes them: the generation's reading
 // expressed as 2.x's additive merge, so that every path computes it unchanged.
 //
 // Legend: L = target length, S = source length, N = batch, H = heads, B = N*H.
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :versions, :masks, :attention.
+// Uses mha.core, versions.hpp, masks.hpp, attention.hpp.
 
 export namespace mha {
 
@@ -110,9 +110,9 @@ GenerationMasks<T> masks_as(PyTorchVersion version, PyTorchPath path, std::optio
 // Whether some (batch-head, query) row has no key it may attend to: every entry of the
 // merged mask -inf, with no bias_k and no zero key to rescue it.
 template <class T>
-bool has_fully_masked_row(const PreparedMasks<T>& masks, std::size_t H, std::size_t L, bool extra_key) {
+bool has_fully_masked_row(const textbook::PreparedMasks<T>& masks, std::size_t H, std::size_t L, bool extra_key) {
   if (extra_key || masks.causal_hint) return false;  // an appended key, or key 0, is never masked
-  const auto merged = merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or B, L, S)
+  const auto merged = textbook::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or B, L, S)
   if (!merged || merged->shape(2) == 0) return false;
   const std::size_t rows = merged->shape(0) * L, S = merged->shape(2);
   for (std::size_t r = 0; r < rows; ++r) {
@@ -126,7 +126,7 @@ bool has_fully_masked_row(const PreparedMasks<T>& masks, std::size_t H, std::siz
 // query row whose every score is -inf gets weight 0, not NaN, so its output is 0.
 // attention (B, L, ...), mask (1 or B, L, S).
 template <class T>
-void zero_fully_masked_rows(Attention<T>& attention, const std::optional<xt::xtensor<T, 3>>& mask) {
+void zero_fully_masked_rows(textbook::Attention<T>& attention, const std::optional<xt::xtensor<T, 3>>& mask) {
   if (!mask) return;
   const std::size_t B = attention.output.shape(0), L = attention.output.shape(1), S = mask->shape(2);
   for (std::size_t b = 0; b < B; ++b)

@@ -1,4 +1,4 @@
-// mha:versions — which generation of PyTorch the library behaves as: 1.13 or 2.x.
+// modules/textbook/versions.hpp — which generation of PyTorch the library behaves as: 1.13 or 2.x.
 //
 // PyTorch 1.13.1 and PyTorch 2.x compute some calls of nn.MultiheadAttention differently
 // (docs/versions.md has the table): a fully masked row through 2.x's
