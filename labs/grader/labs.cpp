@@ -434,7 +434,7 @@ Part lab02_separate(ForBoth<SeparateProjectionFn> f) {
 }
 
 Part lab03_attention(ForBoth<HeadsFn> split, ForBoth<HeadsFn> merge, ForBoth<AttentionFn> attention) {
-  return {"split_heads, scaled_dot_product_attention, merge_heads",
+  return {"split_heads/merge_heads/scaled_dot_product_attention",
           {M::no_scaling, M::scaled_by_d_not_sqrt, M::heads_split_wrong, M::softmax_wrong_axis},
           attention_case,
           attention_functions(split.f32, merge.f32, attention.f32),

@@ -150,9 +150,14 @@ std::string first_error(const std::string& log) {
   return "see the log";
 }
 
+// The time limits of one submission: its build, and its run.
+struct Limits {
+  int build = 300, run = 60;
+};
+
 void grade_lab_file(const std::string& student, const fs::path& file, const LabFile& lab, const LabCommands& c,
                     const fs::path& build, const fs::path& source_dir, const fs::path& golden, const fs::path& work,
-                    int seconds, std::vector<Row>& rows) {
+                    Limits limits, std::vector<Row>& rows) {
   fs::create_directories(work);
   const std::string starter = (source_dir / "labs" / lab.folder / lab.file).string();
   const std::string object = (work / "student.o").string(), program = (work / ("lab" + lab.number)).string();
@@ -161,19 +166,19 @@ void grade_lab_file(const std::string& student, const fs::path& file, const LabF
                                                   {c.object + ".d", object + ".d"}});
   const std::string link = swapped(c.link, {{c.object, object}, {c.executable, program}});
   const int built = run(fmt::format("cd {} && {} && {}", quoted(build.string()), compile, link), work / "build.log",
-                        seconds);
+                        limits.build);
   if (built != 0) {
-    const std::string why = built == 124 ? fmt::format("the build took longer than {} s", seconds)
+    const std::string why = built == 124 ? fmt::format("the build took longer than {} s", limits.build)
                                          : "does not compile: " + first_error(read_text(work / "build.log"));
     rows.push_back({student, lab.number, "-", "0", "0", "build failed", why});
     return;
   }
   const int ran = run(fmt::format("cd {} && {} --golden {}", quoted(source_dir.string()), quoted(program),
                                   quoted(golden.string())),
-                      work / "run.log", seconds);
+                      work / "run.log", limits.run);
   if (ran == 124 || ran >= 128) {
     rows.push_back({student, lab.number, "-", "0", "0", ran == 124 ? "timed out" : "crashed",
-                    ran == 124 ? fmt::format("no answer within {} s", seconds)
+                    ran == 124 ? fmt::format("no answer within {} s", limits.run)
                                : fmt::format("ended by signal {}", ran - 128)});
     return;
   }
@@ -219,7 +224,7 @@ std::string md_field(std::string s) {
 }
 
 int gradebook(const fs::path& submissions, const fs::path& build, const fs::path& source_dir, const fs::path& golden,
-              const fs::path& out, int seconds, const std::string& self) {
+              const fs::path& out, Limits limits, const std::string& self) {
   if (!fs::is_directory(submissions)) throw mha::Error(fmt::format("submissions: {} is not a folder", submissions.string()));
   std::vector<fs::path> students;
   for (const auto& e : fs::directory_iterator(submissions))
@@ -239,11 +244,11 @@ int gradebook(const fs::path& submissions, const fs::path& build, const fs::path
       fmt::print("{}: lab {} ...\n", student, lab.number);
       std::fflush(stdout);
       grade_lab_file(student, file, lab, commands[lab.number], build, source_dir, golden,
-                     out / "work" / student / lab.number, seconds, rows);
+                     out / "work" / student / lab.number, limits, rows);
     }
     if (fs::is_directory(dir / "npy")) {
       handed_in = true;
-      grade_npy_answers(student, dir / "npy", golden, out / "work" / student / "npy", seconds, self, rows);
+      grade_npy_answers(student, dir / "npy", golden, out / "work" / student / "npy", limits.run, self, rows);
     }
     if (!handed_in) rows.push_back({student, "-", "-", "0", "0", "nothing handed in", ""});
   }
@@ -263,6 +268,34 @@ int gradebook(const fs::path& submissions, const fs::path& build, const fs::path
   return 0;
 }
 
+// The catalogue's table in a page, between <!-- catalogue --> and <!-- end catalogue -->.
+int catalogue(const std::string& check_page, const std::string& write_page) {
+  const std::string table = grader::catalogue_markdown();
+  const std::string page = check_page.empty() ? write_page : check_page;
+  if (page.empty()) {
+    fmt::print("{}", table);
+    return 0;
+  }
+  std::string text = read_text(page);
+  const std::string open = "<!-- catalogue -->\n", close = "<!-- end catalogue -->";
+  const auto begin = text.find(open), end = text.find(close);
+  if (begin == std::string::npos || end == std::string::npos || end < begin)
+    throw mha::Error(fmt::format("{}: no <!-- catalogue --> ... <!-- end catalogue --> block", page));
+  const std::string block = text.substr(begin + open.size(), end - begin - open.size());
+  if (!check_page.empty()) {
+    if (block == table) {
+      fmt::print("{}: the catalogue's table is the grader's: OK\n", page);
+      return 0;
+    }
+    fmt::print("{}: the catalogue's table differs from the grader's (mha-grade catalogue --write {}); expected:\n{}",
+               page, page, table);
+    return 1;
+  }
+  text.replace(begin + open.size(), block.size(), table);
+  std::ofstream(page) << text;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -275,24 +308,25 @@ int main(int argc, char** argv) {
       ->required();
   std::string submissions, out = "gradebook";
   std::string build = MHA_BINARY_DIR, source = MHA_SOURCE_DIR, golden;
-  int seconds = 120;
+  Limits limits;
   auto* book = app.add_subcommand("gradebook", "grade a folder of submissions, one subfolder per student");
   book->add_option("SUBMISSIONS", submissions, "the folder of submissions")->required();
   book->add_option("--out", out, "where gradebook.md and gradebook.csv go")->capture_default_str();
   book->add_option("--build-dir", build, "the configured build folder with the labs")->capture_default_str();
-  book->add_option("--timeout", seconds, "seconds for each build and each run")->capture_default_str();
+  book->add_option("--build-timeout", limits.build, "seconds for each submission's build")->capture_default_str();
+  book->add_option("--run-timeout", limits.run, "seconds for each submission's grading run")->capture_default_str();
   book->add_option("--golden", golden, "the golden cases (default: the source tree's golden/cases)");
   auto* cat = app.add_subcommand("catalogue", "print the catalogue of mistakes as docs/labs.md's table");
+  std::string check_page, write_page;
+  cat->add_option("--check", check_page, "fail when the page's <!-- catalogue --> block is not the table");
+  cat->add_option("--write", write_page, "write the table into the page's <!-- catalogue --> block");
   CLI11_PARSE(app, argc, argv);
   try {
     if (*diagnose) return grader::diagnose_npy(case_dir, answer_dir);
-    if (*cat) {
-      fmt::print("{}", grader::catalogue_markdown());
-      return 0;
-    }
+    if (*cat) return catalogue(check_page, write_page);
     if (golden.empty()) golden = (fs::path(source) / "golden" / "cases").string();
     return gradebook(submissions, fs::absolute(build), fs::absolute(source), fs::absolute(golden),
-                     fs::absolute(out), seconds, fs::absolute(fs::path(argv[0])).string());
+                     fs::absolute(out), limits, fs::absolute(fs::path(argv[0])).string());
   } catch (const std::exception& e) {
     fmt::print(stderr, "mha-grade: {}\n", e.what());
     return 2;
