@@ -21,9 +21,9 @@ namespace lab06 {
 //    adds them up where two inputs were one tensor) and parameters by state_dict name:
 //    "in_proj_weight" (or "q_proj_weight", ...), "in_proj_bias", "out_proj.weight", "out_proj.bias"
 template <class T>
-mha::Gradients<T> backward(const mha::Options& options, const mha::StateDict<T>& parameters,
-                           const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
-                           const mha::ForwardOptions<T>& opts, const xt::xarray<T>& grad_attn_output,
+mha::Gradients<T> backward(const mha::Options& options, const mha::StateDict<T>& parameters, const xt::xarray<T>& query,
+                           const xt::xarray<T>& key, const xt::xarray<T>& value, const mha::ForwardOptions<T>& opts,
+                           const xt::xarray<T>& grad_attn_output,
                            const std::optional<xt::xarray<T>>& grad_attn_output_weights) {
   // TODO: run the forward, keeping what each gradient needs; then the steps in reverse:
   //       out_proj, heads, P v, the weights' own gradient, softmax, the scores, heads, in-projection.
@@ -35,9 +35,9 @@ template mha::Gradients<float> backward(const mha::Options&, const mha::StateDic
                                         const xt::xarray<float>&, const xt::xarray<float>&,
                                         const mha::ForwardOptions<float>&, const xt::xarray<float>&,
                                         const std::optional<xt::xarray<float>>&);
-template mha::Gradients<double> backward(const mha::Options&, const mha::StateDict<double>&,
+template mha::Gradients<double> backward(const mha::Options&, const mha::StateDict<double>&, const xt::xarray<double>&,
                                          const xt::xarray<double>&, const xt::xarray<double>&,
-                                         const xt::xarray<double>&, const mha::ForwardOptions<double>&,
-                                         const xt::xarray<double>&, const std::optional<xt::xarray<double>>&);
+                                         const mha::ForwardOptions<double>&, const xt::xarray<double>&,
+                                         const std::optional<xt::xarray<double>>&);
 
 }  // namespace lab06

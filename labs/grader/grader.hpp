@@ -141,8 +141,8 @@ struct ForBoth {
   F<double> f64;
 };
 template <class T>
-using SplitFn = std::function<mha::SeparateProjections<T>(const xt::xtensor<T, 2>&,
-                                                          const std::optional<xt::xtensor<T, 1>>&)>;
+using SplitFn =
+    std::function<mha::SeparateProjections<T>(const xt::xtensor<T, 2>&, const std::optional<xt::xtensor<T, 1>>&)>;
 template <class T>
 using PackFn = std::function<mha::PackedProjection<T>(const mha::SeparateProjections<T>&)>;
 template <class T>
@@ -155,17 +155,16 @@ using SeparateProjectionFn = std::function<mha::QKV<T>(const xt::xtensor<T, 3>&,
 template <class T>
 using HeadsFn = std::function<xt::xtensor<T, 3>(const xt::xtensor<T, 3>&, std::size_t)>;
 template <class T>
-using AttentionFn =
-    std::function<mha::Attention<T>(const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&,
-                                    const std::optional<xt::xtensor<T, 3>>&)>;
+using AttentionFn = std::function<mha::Attention<T>(const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&,
+                                                    const xt::xtensor<T, 3>&, const std::optional<xt::xtensor<T, 3>>&)>;
 template <class T>
-using MaskFn = std::function<std::optional<xt::xtensor<T, 3>>(
-    const std::optional<mha::Mask<T>>&, const std::optional<mha::Mask<T>>&, std::size_t, std::size_t, std::size_t,
-    std::size_t)>;
+using MaskFn = std::function<std::optional<xt::xtensor<T, 3>>(const std::optional<mha::Mask<T>>&,
+                                                              const std::optional<mha::Mask<T>>&, std::size_t,
+                                                              std::size_t, std::size_t, std::size_t)>;
 template <class T>
-using ForwardFn = std::function<mha::Output<T>(const mha::Options&, const mha::StateDict<T>&, const xt::xarray<T>&,
-                                               const xt::xarray<T>&, const xt::xarray<T>&,
-                                               const mha::ForwardOptions<T>&)>;
+using ForwardFn =
+    std::function<mha::Output<T>(const mha::Options&, const mha::StateDict<T>&, const xt::xarray<T>&,
+                                 const xt::xarray<T>&, const xt::xarray<T>&, const mha::ForwardOptions<T>&)>;
 template <class T>
 using BackwardFn = std::function<mha::Gradients<T>(
     const mha::Options&, const mha::StateDict<T>&, const xt::xarray<T>&, const xt::xarray<T>&, const xt::xarray<T>&,

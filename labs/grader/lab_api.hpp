@@ -49,8 +49,8 @@ mha::QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtens
 // query (L, N, E), key (S, N, Ek), value (S, N, Ev), W_q (E, E), W_k (E, Ek), W_v (E, Ev)
 // -> q (L, N, E), k (S, N, E), v (S, N, E)
 template <class T>
-mha::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
-                          const xt::xtensor<T, 3>& value, const mha::SeparateProjections<T>& p);
+mha::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
+                          const mha::SeparateProjections<T>& p);
 }  // namespace lab02
 
 // Lab 03: heads, and scaled dot-product attention.
@@ -96,8 +96,8 @@ namespace lab06 {
 // own use: the grader adds them up where two were one tensor) and dL/d(parameter) by
 // state_dict name.
 template <class T>
-mha::Gradients<T> backward(const mha::Options& options, const mha::StateDict<T>& parameters,
-                           const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
-                           const mha::ForwardOptions<T>& opts, const xt::xarray<T>& grad_attn_output,
+mha::Gradients<T> backward(const mha::Options& options, const mha::StateDict<T>& parameters, const xt::xarray<T>& query,
+                           const xt::xarray<T>& key, const xt::xarray<T>& value, const mha::ForwardOptions<T>& opts,
+                           const xt::xarray<T>& grad_attn_output,
                            const std::optional<xt::xarray<T>>& grad_attn_output_weights);
 }  // namespace lab06

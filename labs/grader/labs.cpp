@@ -98,7 +98,9 @@ PartFunctions<T> split_functions(SplitFn<T> split) {
             for (auto& x : qkv(seq_first(c), w, false)) t.push_back(std::move(x));
             return t;
           },
-          [](const mha::Case<T>& c) { return files(c, {"q", "k", "v"}); },
+          [](const mha::Case<T>& c) {
+            return files(c, {"q", "k", "v"});
+          },
           [](const mha::Case<T>& c, const Injections& m) {
             const auto w = in_projection_weights(c.parameters, static_cast<std::size_t>(c.info.options.embed_dim), m);
             Tensors<T> t = blocks(w);
@@ -110,8 +112,8 @@ PartFunctions<T> split_functions(SplitFn<T> split) {
 template <class T>
 PartFunctions<T> pack_functions(PackFn<T> pack) {
   return {[pack](const mha::Case<T>& c) {
-            const auto p = pack(lib::split_packed(xt::xtensor<T, 2>(c.parameters.at("in_proj_weight")),
-                                                  parameter1(c, "in_proj_bias")));
+            const auto p = pack(
+                lib::split_packed(xt::xtensor<T, 2>(c.parameters.at("in_proj_weight")), parameter1(c, "in_proj_bias")));
             Tensors<T> t{{"in_proj_weight", p.in_proj_weight}};
             if (p.in_proj_bias) t.push_back({"in_proj_bias", *p.in_proj_bias});
             return t;
@@ -162,7 +164,10 @@ PartFunctions<T> packed_projection_functions(PackedProjectionFn<T> f) {
             const auto& value = c.info.key_is_value ? key : x.value;
             return qkv_answer(f(x.query, key, value, c.parameters.at("in_proj_weight"), parameter1(c, "in_proj_bias")));
           },
-          [](const mha::Case<T>& c) { return files(c, {"q", "k", "v"}); }, in_projection_under<T>};
+          [](const mha::Case<T>& c) {
+            return files(c, {"q", "k", "v"});
+          },
+          in_projection_under<T>};
 }
 
 template <class T>
@@ -172,7 +177,10 @@ PartFunctions<T> separate_projection_functions(SeparateProjectionFn<T> f) {
             const auto w = in_projection_weights(c.parameters, static_cast<std::size_t>(c.info.options.embed_dim), {});
             return qkv_answer(f(x.query, x.key, x.value, w));
           },
-          [](const mha::Case<T>& c) { return files(c, {"q", "k", "v"}); }, in_projection_under<T>};
+          [](const mha::Case<T>& c) {
+            return files(c, {"q", "k", "v"});
+          },
+          in_projection_under<T>};
 }
 
 // --- labs 03 and 04: the attention after PyTorch's own q, k, v ---
@@ -186,8 +194,8 @@ Tensors<T> attention_tensors(const xt::xtensor<T, 3>& qh, const xt::xtensor<T, 3
                {"attention weights (N*H, L, S)", weights},
                {"attention output (N*H, L, D)", heads}};
   if (c.forward.need_weights)
-    r.push_back({"attn_output_weights",
-                 lib::output_weights(weights, t.N, t.H, c.forward.average_attn_weights, t.batched)});
+    r.push_back(
+        {"attn_output_weights", lib::output_weights(weights, t.N, t.H, c.forward.average_attn_weights, t.batched)});
   r.push_back({"attn_output", lib::caller_layout(output, t.batched, t.batch_first)});
   return r;
 }
@@ -200,7 +208,7 @@ xt::xtensor<T, 3> out_projection(const mha::Case<T>& c, const xt::xtensor<T, 3>&
 template <class T>
 PartFunctions<T> attention_functions(HeadsFn<T> split, HeadsFn<T> merge, AttentionFn<T> attention) {
   return {[=](const mha::Case<T>& c) {
-            const auto t = forward(c, {});  // the shapes, and the right mask
+            const auto t = forward(c, {});                            // the shapes, and the right mask
             const auto qh = split(tensor3(c.expected.at("q")), t.H);  // (B, L, D)
             const auto kh = split(tensor3(c.expected.at("k")), t.H);  // (B, S, D)
             const auto vh = split(tensor3(c.expected.at("v")), t.H);  // (B, S, D)
@@ -208,7 +216,9 @@ PartFunctions<T> attention_functions(HeadsFn<T> split, HeadsFn<T> merge, Attenti
             const auto merged = merge(a.output, t.H);  // (L, N, E)
             return attention_tensors(qh, a.weights, a.output, t, out_projection(c, merged), c);
           },
-          [](const mha::Case<T>& c) { return files(c, {"attn_output_weights", "attn_output"}); },
+          [](const mha::Case<T>& c) {
+            return files(c, {"attn_output_weights", "attn_output"});
+          },
           [](const mha::Case<T>& c, const Injections& m) {
             const auto t = forward(c, m);
             return attention_tensors(t.qh, t.weights, t.heads, t, t.output, c);
@@ -237,8 +247,8 @@ Tensors<T> mask_tensors(const mha::Case<T>& c, const Trace<T>& t, const std::opt
   const auto output = out_projection(c, lib::merge_heads(weighted_values(weights, vh), t.H));
   Tensors<T> r{{"mask (N*H, L, S)", broadcast_mask(mask, t.N * t.H, t.L, t.S)}};
   if (c.forward.need_weights)
-    r.push_back({"attn_output_weights",
-                 lib::output_weights(weights, t.N, t.H, c.forward.average_attn_weights, t.batched)});
+    r.push_back(
+        {"attn_output_weights", lib::output_weights(weights, t.N, t.H, c.forward.average_attn_weights, t.batched)});
   r.push_back({"attn_output", lib::caller_layout(output, t.batched, t.batch_first)});
   return r;
 }
@@ -248,11 +258,12 @@ PartFunctions<T> mask_functions(MaskFn<T> prepare) {
   return {[prepare](const mha::Case<T>& c) {
             const auto t = forward(c, {});
             auto padding = c.forward.key_padding_mask;  // (S) unbatched -> (1, S)
-            if (padding && !t.batched)
-              std::visit([&](auto& m) { m.reshape({std::size_t{1}, t.S}); }, *padding);
+            if (padding && !t.batched) std::visit([&](auto& m) { m.reshape({std::size_t{1}, t.S}); }, *padding);
             return mask_tensors(c, t, prepare(c.forward.attn_mask, padding, t.N, t.H, t.L, t.S));
           },
-          [](const mha::Case<T>& c) { return files(c, {"attn_output_weights", "attn_output"}); },
+          [](const mha::Case<T>& c) {
+            return files(c, {"attn_output_weights", "attn_output"});
+          },
           [](const mha::Case<T>& c, const Injections& m) {
             const auto t = forward(c, {});
             return mask_tensors(c, t, case_mask(c, t.N, t.L, t.S, m));
@@ -271,7 +282,10 @@ Tensors<T> output_tensors(const mha::Case<T>& c, const mha::Output<T>& o) {
 
 template <class T>
 PartFunctions<T> forward_functions(std::function<Tensors<T>(const mha::Case<T>&)> answer) {
-  return {answer, [](const mha::Case<T>& c) { return files(c, {"attn_output_weights", "attn_output"}); },
+  return {answer,
+          [](const mha::Case<T>& c) {
+            return files(c, {"attn_output_weights", "attn_output"});
+          },
           [](const mha::Case<T>& c, const Injections& m) {
             const auto t = forward(c, m);
             return output_tensors(c, mha::Output<T>{t.attn_output, t.attn_output_weights});
@@ -350,10 +364,9 @@ Tensors<T> with_samples(Tensors<T> gradients) {
 
 // The order of the gradients: the backward's, out_proj first, the inputs last.
 int backward_rank(const std::string& name) {
-  const std::vector<std::string> order{"grad.out_proj.weight", "grad.out_proj.bias", "grad.in_proj_weight",
-                                       "grad.q_proj_weight",   "grad.k_proj_weight", "grad.v_proj_weight",
-                                       "grad.in_proj_bias",    "grad.query",         "grad.key",
-                                       "grad.value"};
+  const std::vector<std::string> order{
+      "grad.out_proj.weight", "grad.out_proj.bias", "grad.in_proj_weight", "grad.q_proj_weight", "grad.k_proj_weight",
+      "grad.v_proj_weight",   "grad.in_proj_bias",  "grad.query",          "grad.key",           "grad.value"};
   return static_cast<int>(std::find(order.begin(), order.end(), name) - order.begin());
 }
 
@@ -361,59 +374,53 @@ template <class T>
 Tensors<T> ordered(const GradientMap<T>& g) {
   Tensors<T> t;
   for (const auto& [name, tensor] : g) t.push_back({name, tensor});
-  std::stable_sort(t.begin(), t.end(), [](const auto& a, const auto& b) {
-    return backward_rank(a.name) < backward_rank(b.name);
-  });
+  std::stable_sort(t.begin(), t.end(),
+                   [](const auto& a, const auto& b) { return backward_rank(a.name) < backward_rank(b.name); });
   return t;
 }
 
 template <class T>
 PartFunctions<T> backward_functions(BackwardFn<T> f) {
-  return {[f](const mha::Case<T>& c) {
-            const auto& key = c.info.query_is_key ? c.query : c.key;
-            const auto& value = c.info.key_is_value ? key : c.value;
-            auto g = f(c.info.options, c.parameters, c.query, key, value, c.forward, *c.grad_attn_output,
-                       c.grad_attn_output_weights);
-            mha::check(g.query && g.key && g.value, "Gradients", "expected query, key and value each");
-            // one gradient per input object: the uses of one tensor add up
-            GradientMap<T> m;
-            xt::xarray<T> dq = *g.query, dk = *g.key, dv = *g.value;
-            if (c.info.query_is_key && c.info.key_is_value) dq += dk + dv;
-            else if (c.info.key_is_value) dk += dv;
-            else if (c.info.query_is_key) dq += dk;
-            m["grad.query"] = dq;
-            if (!c.info.query_is_key) m["grad.key"] = dk;
-            if (!c.info.key_is_value && !(c.info.query_is_key && c.info.key_is_value)) m["grad.value"] = dv;
-            for (const auto& [name, tensor] : g.parameters) m["grad." + name] = tensor;
-            return with_samples(ordered(m));
-          },
-          [](const mha::Case<T>& c) {
-            GradientMap<T> m;
-            for (const auto& [name, tensor] : c.expected_gradients) m["grad." + name] = tensor;
-            auto t = ordered(m);
-            for (auto& fd : finite_differences(c, t)) t.push_back(std::move(fd));
-            return t;
-          },
-          [](const mha::Case<T>& c, const Injections& m) {
-            return with_samples(ordered(backward(c, forward(c, {}), m)));
-          }};
+  return {
+      [f](const mha::Case<T>& c) {
+        const auto& key = c.info.query_is_key ? c.query : c.key;
+        const auto& value = c.info.key_is_value ? key : c.value;
+        auto g = f(c.info.options, c.parameters, c.query, key, value, c.forward, *c.grad_attn_output,
+                   c.grad_attn_output_weights);
+        mha::check(g.query && g.key && g.value, "Gradients", "expected query, key and value each");
+        // one gradient per input object: the uses of one tensor add up
+        GradientMap<T> m;
+        xt::xarray<T> dq = *g.query, dk = *g.key, dv = *g.value;
+        if (c.info.query_is_key && c.info.key_is_value) dq += dk + dv;
+        else if (c.info.key_is_value) dk += dv;
+        else if (c.info.query_is_key) dq += dk;
+        m["grad.query"] = dq;
+        if (!c.info.query_is_key) m["grad.key"] = dk;
+        if (!c.info.key_is_value && !(c.info.query_is_key && c.info.key_is_value)) m["grad.value"] = dv;
+        for (const auto& [name, tensor] : g.parameters) m["grad." + name] = tensor;
+        return with_samples(ordered(m));
+      },
+      [](const mha::Case<T>& c) {
+        GradientMap<T> m;
+        for (const auto& [name, tensor] : c.expected_gradients) m["grad." + name] = tensor;
+        auto t = ordered(m);
+        for (auto& fd : finite_differences(c, t)) t.push_back(std::move(fd));
+        return t;
+      },
+      [](const mha::Case<T>& c, const Injections& m) { return with_samples(ordered(backward(c, forward(c, {}), m))); }};
 }
 
 }  // namespace
 
 Part lab01_split(ForBoth<SplitFn> f) {
-  return {"split_packed",
-          split_mistakes,
+  return {"split_packed", split_mistakes,
           [](const mha::CaseInfo& i) { return module_case(i) && has_file(i, "in_proj_weight"); },
-          split_functions(f.f32),
-          split_functions(f.f64)};
+          split_functions(f.f32), split_functions(f.f64)};
 }
 
 Part lab01_pack(ForBoth<PackFn> f) {
-  return {"pack",
-          split_mistakes,
-          [](const mha::CaseInfo& i) { return module_case(i) && has_file(i, "in_proj_weight"); },
-          pack_functions(f.f32),
+  return {"pack", split_mistakes,
+          [](const mha::CaseInfo& i) { return module_case(i) && has_file(i, "in_proj_weight"); }, pack_functions(f.f32),
           pack_functions(f.f64)};
 }
 
@@ -540,9 +547,10 @@ int diagnose_as(const mha::CaseInfo& info, const std::filesystem::path& answer_d
 int diagnose_npy(const std::filesystem::path& case_dir, const std::filesystem::path& answer_dir) {
   const mha::CaseInfo info = mha::read_case_info(case_dir);
   if (!attention_case(info)) {
-    fmt::print("error: {}: the labs grade the module's forward without bias_k/bias_v, the zero key, dropout or a "
-               "rejection; this case is not among them\n",
-               info.name);
+    fmt::print(
+        "error: {}: the labs grade the module's forward without bias_k/bias_v, the zero key, dropout or a "
+        "rejection; this case is not among them\n",
+        info.name);
     return 2;
   }
   if (!std::filesystem::is_directory(answer_dir)) {

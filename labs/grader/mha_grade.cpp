@@ -52,8 +52,8 @@ std::string quoted(const std::string& s) {
 // Runs a shell command with its output into `log`, within `seconds`; the exit status, 124
 // when it ran out of time, 128 + N when signal N ended it.
 int run(const std::string& command, const fs::path& log, int seconds) {
-  const std::string line = fmt::format("timeout --kill-after=5 {} sh -c {} >{} 2>&1", seconds, quoted(command),
-                                       quoted(log.string()));
+  const std::string line =
+      fmt::format("timeout --kill-after=5 {} sh -c {} >{} 2>&1", seconds, quoted(command), quoted(log.string()));
   const int status = std::system(line.c_str());
   if (status == -1) return 127;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -161,32 +161,31 @@ void grade_lab_file(const std::string& student, const fs::path& file, const LabF
   fs::create_directories(work);
   const std::string starter = (source_dir / "labs" / lab.folder / lab.file).string();
   const std::string object = (work / "student.o").string(), program = (work / ("lab" + lab.number)).string();
-  const std::string compile = swapped(c.compile, {{starter, fs::absolute(file).string()},
-                                                  {c.object, object},
-                                                  {c.object + ".d", object + ".d"}});
+  const std::string compile = swapped(
+      c.compile, {{starter, fs::absolute(file).string()}, {c.object, object}, {c.object + ".d", object + ".d"}});
   const std::string link = swapped(c.link, {{c.object, object}, {c.executable, program}});
-  const int built = run(fmt::format("cd {} && {} && {}", quoted(build.string()), compile, link), work / "build.log",
-                        limits.build);
+  const int built =
+      run(fmt::format("cd {} && {} && {}", quoted(build.string()), compile, link), work / "build.log", limits.build);
   if (built != 0) {
     const std::string why = built == 124 ? fmt::format("the build took longer than {} s", limits.build)
                                          : "does not compile: " + first_error(read_text(work / "build.log"));
     rows.push_back({student, lab.number, "-", "0", "0", "build failed", why});
     return;
   }
-  const int ran = run(fmt::format("cd {} && {} --golden {}", quoted(source_dir.string()), quoted(program),
-                                  quoted(golden.string())),
-                      work / "run.log", limits.run);
+  const int ran =
+      run(fmt::format("cd {} && {} --golden {}", quoted(source_dir.string()), quoted(program), quoted(golden.string())),
+          work / "run.log", limits.run);
   if (ran == 124 || ran >= 128) {
-    rows.push_back({student, lab.number, "-", "0", "0", ran == 124 ? "timed out" : "crashed",
-                    ran == 124 ? fmt::format("no answer within {} s", limits.run)
-                               : fmt::format("ended by signal {}", ran - 128)});
+    rows.push_back(
+        {student, lab.number, "-", "0", "0", ran == 124 ? "timed out" : "crashed",
+         ran == 124 ? fmt::format("no answer within {} s", limits.run) : fmt::format("ended by signal {}", ran - 128)});
     return;
   }
   read_results(student, lab.number, read_text(work / "run.log"), rows);
 }
 
-void grade_npy_answers(const std::string& student, const fs::path& npy, const fs::path& golden,
-                       const fs::path& work, int seconds, const std::string& self, std::vector<Row>& rows) {
+void grade_npy_answers(const std::string& student, const fs::path& npy, const fs::path& golden, const fs::path& work,
+                       int seconds, const std::string& self, std::vector<Row>& rows) {
   std::vector<fs::path> answers;
   for (const auto& e : fs::directory_iterator(npy))
     if (e.is_directory()) answers.push_back(e.path());
@@ -195,9 +194,9 @@ void grade_npy_answers(const std::string& student, const fs::path& npy, const fs
     const std::string name = answer.filename().string();
     fs::create_directories(work);
     const fs::path log = work / (name + ".log");
-    const int status = run(fmt::format("{} diagnose {} {}", quoted(self), quoted((golden / name).string()),
-                                       quoted(answer.string())),
-                           log, seconds);
+    const int status =
+        run(fmt::format("{} diagnose {} {}", quoted(self), quoted((golden / name).string()), quoted(answer.string())),
+            log, seconds);
     const std::string out = read_text(log);
     std::string named, error;
     for (const auto& line : lines_of(out)) {
@@ -206,7 +205,9 @@ void grade_npy_answers(const std::string& student, const fs::path& npy, const fs
     }
     const std::string verdict = status == 0 ? "pass" : status == 1 ? "fail" : status == 124 ? "timed out" : "error";
     rows.push_back({student, "npy " + name, "forward", status == 0 ? "1" : "0", "1", verdict,
-                    !error.empty() ? error : named == "-" ? "" : named});
+                    !error.empty() ? error
+                    : named == "-" ? ""
+                                   : named});
   }
 }
 
@@ -225,7 +226,8 @@ std::string md_field(std::string s) {
 
 int gradebook(const fs::path& submissions, const fs::path& build, const fs::path& source_dir, const fs::path& golden,
               const fs::path& out, Limits limits, const std::string& self) {
-  if (!fs::is_directory(submissions)) throw mha::Error(fmt::format("submissions: {} is not a folder", submissions.string()));
+  if (!fs::is_directory(submissions))
+    throw mha::Error(fmt::format("submissions: {} is not a folder", submissions.string()));
   std::vector<fs::path> students;
   for (const auto& e : fs::directory_iterator(submissions))
     if (e.is_directory()) students.push_back(e.path());
@@ -325,8 +327,8 @@ int main(int argc, char** argv) {
     if (*diagnose) return grader::diagnose_npy(case_dir, answer_dir);
     if (*cat) return catalogue(check_page, write_page);
     if (golden.empty()) golden = (fs::path(source) / "golden" / "cases").string();
-    return gradebook(submissions, fs::absolute(build), fs::absolute(source), fs::absolute(golden),
-                     fs::absolute(out), limits, fs::absolute(fs::path(argv[0])).string());
+    return gradebook(submissions, fs::absolute(build), fs::absolute(source), fs::absolute(golden), fs::absolute(out),
+                     limits, fs::absolute(fs::path(argv[0])).string());
   } catch (const std::exception& e) {
     fmt::print(stderr, "mha-grade: {}\n", e.what());
     return 2;

@@ -21,16 +21,16 @@ template <class T>
 struct Trace {
   bool batched = true, batch_first = false, packed = true, has_bias = true;
   std::size_t L = 0, S = 0, N = 0, E = 0, H = 1, D = 1;
-  xt::xtensor<T, 3> query, key, value;           // (L, N, E), (S, N, Ek), (S, N, Ev)
-  mha::SeparateProjections<T> in;                // the in-projection's weights as used
-  xt::xtensor<T, 3> q, k, v;                     // (L, N, E), (S, N, E), (S, N, E)
-  xt::xtensor<T, 3> qh, kh, vh;                  // (B, L, D), (B, S, D), (B, S, D)
-  std::optional<xt::xtensor<T, 3>> mask;         // (1 or B, L, S), additive
-  xt::xtensor<T, 3> weights;                     // (B, L, S): the softmax
-  xt::xtensor<T, 3> heads;                       // (B, L, D): weights . v
-  xt::xtensor<T, 3> merged;                      // (L, N, E)
-  xt::xtensor<T, 3> output;                      // (L, N, E): out_proj's
-  xt::xarray<T> attn_output;                     // as the query came
+  xt::xtensor<T, 3> query, key, value;    // (L, N, E), (S, N, Ek), (S, N, Ev)
+  mha::SeparateProjections<T> in;         // the in-projection's weights as used
+  xt::xtensor<T, 3> q, k, v;              // (L, N, E), (S, N, E), (S, N, E)
+  xt::xtensor<T, 3> qh, kh, vh;           // (B, L, D), (B, S, D), (B, S, D)
+  std::optional<xt::xtensor<T, 3>> mask;  // (1 or B, L, S), additive
+  xt::xtensor<T, 3> weights;              // (B, L, S): the softmax
+  xt::xtensor<T, 3> heads;                // (B, L, D): weights . v
+  xt::xtensor<T, 3> merged;               // (L, N, E)
+  xt::xtensor<T, 3> output;               // (L, N, E): out_proj's
+  xt::xarray<T> attn_output;              // as the query came
   std::optional<xt::xarray<T>> attn_output_weights;
 };
 
@@ -126,8 +126,8 @@ template <class T>
 std::optional<xt::xarray<T>> additive(const std::optional<mha::Mask<T>>& mask, bool is_key_padding_mask,
                                       const Injections& m) {
   if (!mask || concerns(made(m, Mistake::mask_ignored), is_key_padding_mask)) return std::nullopt;
-  if (const auto* b = std::get_if<xt::xarray<bool>>(&*mask); b && concerns(made(m, Mistake::mask_inverted),
-                                                                               is_key_padding_mask))
+  if (const auto* b = std::get_if<xt::xarray<bool>>(&*mask);
+      b && concerns(made(m, Mistake::mask_inverted), is_key_padding_mask))
     return lib::canonical_mask<T>(mha::Mask<T>(xt::xarray<bool>(!*b)));
   return lib::canonical_mask(*mask);
 }
@@ -243,7 +243,7 @@ Trace<T> forward(const mha::Case<T>& c, const Injections& m) {
   t.mask = case_mask(c, t.N, t.L, t.S, m);  // (1 or B, L, S)
   t.weights = attention_weights(t.qh, t.kh, t.mask, scale_of_q<T>(t.D, t.E, m),
                                 made(m, Mistake::softmax_wrong_axis).has_value());  // (B, L, S)
-  t.heads = weighted_values(t.weights, t.vh);                                        // (B, L, D)
+  t.heads = weighted_values(t.weights, t.vh);                                       // (B, L, D)
 
   // 9) heads side by side, out_proj
   t.merged = merge_heads(t.heads, t.H, wrong_heads);  // (L, N, E)
@@ -304,7 +304,7 @@ void input_gradients(const mha::CaseInfo& info, const Trace<T>& t, xt::xtensor<T
 // The backward of a mistake-free forward, under the backward's mistakes.
 template <class T>
 GradientMap<T> backward(const mha::Case<T>& c, const Trace<T>& t, const Injections& m) {
-  const auto transposed = made(m, Mistake::grad_transposed);   // 0: all, 1: out_proj, 2: in-projection
+  const auto transposed = made(m, Mistake::grad_transposed);        // 0: all, 1: out_proj, 2: in-projection
   const auto scale_missing = made(m, Mistake::grad_scale_missing);  // 0: dq and dk, 1: dq, 2: dk
   const auto not_summed = made(m, Mistake::bias_grad_not_summed);
   const bool out_bias = c.parameters.contains("out_proj.bias");
@@ -321,8 +321,8 @@ GradientMap<T> backward(const mha::Case<T>& c, const Trace<T>& t, const Injectio
   // 8) P v, the returned weights, the softmax, the scores
   auto pv = lib::weighted_values_backward(t.weights, t.vh, d_heads);  // dP (B, L, S), dV (B, S, D)
   if (c.grad_attn_output_weights)
-    pv.weights += lib::output_weights_backward(*c.grad_attn_output_weights, t.N, t.H, t.L, t.S,
-                                               c.forward.average_attn_weights);
+    pv.weights +=
+        lib::output_weights_backward(*c.grad_attn_output_weights, t.N, t.H, t.L, t.S, c.forward.average_attn_weights);
   xt::xtensor<T, 3> ds;  // (B, L, S)
   if (made(m, Mistake::softmax_jacobian_diagonal_missing)) {
     // dS = -P * rowsum(dP * P): the off-diagonal part of the Jacobian alone
@@ -346,10 +346,10 @@ GradientMap<T> backward(const mha::Case<T>& c, const Trace<T>& t, const Injectio
   const auto gk = lib::linear_backward(t.key, t.in.w_k, dk, false);
   const auto gv = lib::linear_backward(t.value, t.in.w_v, dv, false);
   if (t.packed) {
-    g["grad.in_proj_weight"] =
-        xt::concatenate(xt::xtuple(maybe_transposed(gq.weight, in_transposed), maybe_transposed(gk.weight, in_transposed),
-                                   maybe_transposed(gv.weight, in_transposed)),
-                        0);
+    g["grad.in_proj_weight"] = xt::concatenate(
+        xt::xtuple(maybe_transposed(gq.weight, in_transposed), maybe_transposed(gk.weight, in_transposed),
+                   maybe_transposed(gv.weight, in_transposed)),
+        0);
   } else {
     g["grad.q_proj_weight"] = maybe_transposed(gq.weight, in_transposed);
     g["grad.k_proj_weight"] = maybe_transposed(gk.weight, in_transposed);

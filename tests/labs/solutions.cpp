@@ -65,7 +65,9 @@ mha::SeparateProjections<T> split_packed(const xt::xtensor<T, 2>& in_proj_weight
   auto rows = [&](std::size_t i) { return xt::xtensor<T, 2>(xt::view(in_proj_weight, xt::range(i * E, (i + 1) * E))); };
   mha::SeparateProjections<T> p{rows(block[0]), rows(block[1]), rows(block[2]), {}, {}, {}};
   if (in_proj_bias) {
-    auto part = [&](std::size_t i) { return xt::xtensor<T, 1>(xt::view(*in_proj_bias, xt::range(i * E, (i + 1) * E))); };
+    auto part = [&](std::size_t i) {
+      return xt::xtensor<T, 1>(xt::view(*in_proj_bias, xt::range(i * E, (i + 1) * E)));
+    };
     p.b_q = part(block[0]), p.b_k = part(block[1]), p.b_v = part(block[2]);
   }
   return p;
@@ -77,7 +79,8 @@ mha::PackedProjection<T> pack(const mha::SeparateProjections<T>& p) {
   const auto block = qkv_blocks();
   mha::PackedProjection<T> packed{xt::xtensor<T, 2>::from_shape({3 * E, E}), std::nullopt};
   const std::array<const xt::xtensor<T, 2>*, 3> w{&p.w_q, &p.w_k, &p.w_v};
-  for (std::size_t x = 0; x < 3; ++x) xt::view(packed.in_proj_weight, xt::range(block[x] * E, (block[x] + 1) * E)) = *w[x];
+  for (std::size_t x = 0; x < 3; ++x)
+    xt::view(packed.in_proj_weight, xt::range(block[x] * E, (block[x] + 1) * E)) = *w[x];
   if (p.b_q) {
     xt::xtensor<T, 1> b = xt::xtensor<T, 1>::from_shape({3 * E});
     const std::array<const xt::xtensor<T, 1>*, 3> bs{&*p.b_q, &*p.b_k, &*p.b_v};
@@ -99,11 +102,9 @@ template mha::PackedProjection<double> pack(const mha::SeparateProjections<doubl
 namespace lab02 {
 
 template <class T>
-mha::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
-                          const xt::xtensor<T, 3>& value, const mha::SeparateProjections<T>& p) {
-  auto bias = [](const std::optional<xt::xtensor<T, 1>>& b) {
-    return injected("bias_missing") ? std::nullopt : b;
-  };
+mha::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
+                          const mha::SeparateProjections<T>& p) {
+  auto bias = [](const std::optional<xt::xtensor<T, 1>>& b) { return injected("bias_missing") ? std::nullopt : b; };
   return {linear(query, p.w_q, bias(p.b_q)), linear(key, p.w_k, bias(p.b_k)), linear(value, p.w_v, bias(p.b_v))};
 }
 
@@ -240,8 +241,8 @@ std::optional<xt::xtensor<T, 3>> prepare_mask(const std::optional<mha::Mask<T>>&
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t i = 0; i < L; ++i)
       for (std::size_t j = 0; j < S; ++j)
-        merged(b, i, j) = (attn ? (*attn)(attn->shape(0) == 1 ? 0 : b, i, j) : T(0)) +
-                          (*padding)(wrong_rows ? b % N : b / H, j);
+        merged(b, i, j) =
+            (attn ? (*attn)(attn->shape(0) == 1 ? 0 : b, i, j) : T(0)) + (*padding)(wrong_rows ? b % N : b / H, j);
   return merged;
 }
 
@@ -368,9 +369,9 @@ xt::xarray<T> bias_gradient(const xt::xtensor<T, 3>& dy) {
 }
 
 template <class T>
-mha::Gradients<T> backward(const mha::Options& options, const mha::StateDict<T>& parameters,
-                           const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
-                           const mha::ForwardOptions<T>& opts, const xt::xarray<T>& grad_attn_output,
+mha::Gradients<T> backward(const mha::Options& options, const mha::StateDict<T>& parameters, const xt::xarray<T>& query,
+                           const xt::xarray<T>& key, const xt::xarray<T>& value, const mha::ForwardOptions<T>& opts,
+                           const xt::xarray<T>& grad_attn_output,
                            const std::optional<xt::xarray<T>>& grad_attn_output_weights) {
   lab05::Kept<T> k;
   lab05::forward_kept(options, parameters, query, key, value, opts, k);
@@ -385,8 +386,8 @@ mha::Gradients<T> backward(const mha::Options& options, const mha::StateDict<T>&
   const auto d_heads = mha::split_heads(out.input, k.H);  // (B, L, D)
   auto pv = mha::weighted_values_backward(k.weights, k.vh, d_heads);
   if (grad_attn_output_weights)
-    pv.weights += mha::output_weights_backward(*grad_attn_output_weights, k.N, k.H, k.L, k.S,
-                                               opts.average_attn_weights);
+    pv.weights +=
+        mha::output_weights_backward(*grad_attn_output_weights, k.N, k.H, k.L, k.S, opts.average_attn_weights);
   xt::xtensor<T, 3> ds;
   if (injected("softmax_jacobian_diagonal_missing")) {
     const xt::xtensor<T, 3> dot = xt::sum(pv.weights * k.weights, {2}, xt::keep_dims);
@@ -410,7 +411,8 @@ mha::Gradients<T> backward(const mha::Options& options, const mha::StateDict<T>&
     g.parameters["in_proj_weight"] = xt::concatenate(
         xt::xtuple(weight_gradient(gq, false), weight_gradient(gk, false), weight_gradient(gv, false)), 0);
   else
-    g.parameters["q_proj_weight"] = weight_gradient(gq, false), g.parameters["k_proj_weight"] = weight_gradient(gk, false),
+    g.parameters["q_proj_weight"] = weight_gradient(gq, false),
+    g.parameters["k_proj_weight"] = weight_gradient(gk, false),
     g.parameters["v_proj_weight"] = weight_gradient(gv, false);
   if (parameters.contains("in_proj_bias"))
     g.parameters["in_proj_bias"] =
@@ -425,9 +427,9 @@ template mha::Gradients<float> backward(const mha::Options&, const mha::StateDic
                                         const xt::xarray<float>&, const xt::xarray<float>&,
                                         const mha::ForwardOptions<float>&, const xt::xarray<float>&,
                                         const std::optional<xt::xarray<float>>&);
-template mha::Gradients<double> backward(const mha::Options&, const mha::StateDict<double>&,
+template mha::Gradients<double> backward(const mha::Options&, const mha::StateDict<double>&, const xt::xarray<double>&,
                                          const xt::xarray<double>&, const xt::xarray<double>&,
-                                         const xt::xarray<double>&, const mha::ForwardOptions<double>&,
-                                         const xt::xarray<double>&, const std::optional<xt::xarray<double>>&);
+                                         const mha::ForwardOptions<double>&, const xt::xarray<double>&,
+                                         const std::optional<xt::xarray<double>>&);
 
 }  // namespace lab06

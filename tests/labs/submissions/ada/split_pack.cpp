@@ -24,7 +24,9 @@ mha::SeparateProjections<T> split_packed(const xt::xtensor<T, 2>& in_proj_weight
   auto rows = [&](std::size_t i) { return xt::xtensor<T, 2>(xt::view(in_proj_weight, xt::range(i * E, (i + 1) * E))); };
   mha::SeparateProjections<T> p{rows(0), rows(1), rows(2), {}, {}, {}};
   if (in_proj_bias) {
-    auto part = [&](std::size_t i) { return xt::xtensor<T, 1>(xt::view(*in_proj_bias, xt::range(i * E, (i + 1) * E))); };
+    auto part = [&](std::size_t i) {
+      return xt::xtensor<T, 1>(xt::view(*in_proj_bias, xt::range(i * E, (i + 1) * E)));
+    };
     p.b_q = part(0), p.b_k = part(1), p.b_v = part(2);
   }
   return p;

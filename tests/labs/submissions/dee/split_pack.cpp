@@ -20,8 +20,7 @@ namespace lab01 {
 template <class T>
 mha::SeparateProjections<T> split_packed(const xt::xtensor<T, 2>& in_proj_weight,
                                          const std::optional<xt::xtensor<T, 1>>& in_proj_bias) {
-  for (volatile bool forever = true; forever;) {
-  }
+  for (volatile bool forever = true; forever;) {}
   return {};
 }
 
