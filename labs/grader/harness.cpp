@@ -75,6 +75,7 @@ struct Record {
 template <class T>
 bool matches(const mha::CaseInfo& info, const Tensors<T>& got, const Tensors<T>& want, bool strict,
              std::string* first = nullptr) {
+  std::vector<std::string> right;  // the tensors before the first that differs: still PyTorch's
   for (const auto& w : want) {
     const Named<T>* g = find(got, w.name);
     if (!g) {
@@ -84,9 +85,13 @@ bool matches(const mha::CaseInfo& info, const Tensors<T>& got, const Tensors<T>&
     const Tolerance tol = strict ? right_tolerance(info, w) : match_tolerance(info, w);
     const auto r = lib::compare<T>(g->tensor, w.tensor, tol.rtol, tol.atol);
     if (!r.ok) {
-      if (first) *first = fmt::format("{}: {}", w.name, r.mismatch);
+      if (first)
+        *first = fmt::format(
+            "{}: {}{}", w.name, r.mismatch,
+            right.empty() ? std::string() : fmt::format(" (before it, {} match PyTorch's)", fmt::join(right, ", ")));
       return false;
     }
+    right.push_back(w.name);
   }
   return true;
 }
