@@ -144,9 +144,13 @@ void read_results(const std::string& student, const std::string& lab, const std:
   if (!any) rows.push_back({student, lab, "-", "0", "0", "no result", "the program printed no result"});
 }
 
+// The line of a build's log that says why: the compiler's first error, or the linker's
+// first missing function (a signature changed from the starter's).
 std::string first_error(const std::string& log) {
-  for (const auto& line : lines_of(log))
-    if (line.find("error") != std::string::npos) return line.substr(0, 200);
+  for (const char* what : {"error:", "undefined reference"})
+    for (const auto& line : lines_of(log))
+      if (line.find(what) != std::string::npos && line.find("linker command failed") == std::string::npos)
+        return line.substr(0, 200);
   return "see the log";
 }
 
