@@ -131,7 +131,8 @@ std::vector<mha::CaseInfo> read_cases(const std::filesystem::path& golden);
 // The line a gradebook reads: "result <lab> <part> <passed> <total> <status> <ids>".
 std::string result_line(std::string_view lab, const PartResult& r);
 // A lab's grading program: parses argv (--golden DIR, --case NAME, --verbose), grades
-// each part, and returns 0 when every part passes, 1 otherwise.
+// each part, and returns 0 when every part passes, 1 otherwise. With --self-check it runs
+// no student code: it checks the grader's own recomputation against PyTorch's tensors.
 int run_lab(std::string_view lab, const std::vector<Part>& parts, int argc, char** argv);
 
 // Each lab's parts, made from the student's functions (lab_api.hpp), for float and double.

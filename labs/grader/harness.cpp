@@ -190,6 +190,27 @@ int count_passed(const std::vector<Record<T>>& records) {
   return static_cast<int>(std::count_if(records.begin(), records.end(), [](const auto& r) { return r.passed; }));
 }
 
+// The grader's own recomputation without a mistake, against PyTorch's tensors on every
+// case of the part: what the diagnosis measures "a mistake shows" from must be PyTorch's.
+template <class T>
+int self_check(const Part& part, const PartFunctions<T>& fns, const std::vector<mha::CaseInfo>& cases) {
+  const std::string dtype = std::is_same_v<T, float> ? "float32" : "float64";
+  int failed = 0, checked = 0;
+  for (const auto& info : cases) {
+    if (info.dtype != dtype || !part.takes(info)) continue;
+    const auto c = mha::load_case<T>(info);
+    std::string first;
+    ++checked;
+    if (!matches(info, fns.expected(c, {}), fns.pytorch(c), /*strict=*/true, &first)) {
+      fmt::print("  {} ({}): the grader's recomputation differs from PyTorch's: {}\n", info.name, dtype, first);
+      ++failed;
+    }
+  }
+  fmt::print("{} ({}): the grader's recomputation is PyTorch's on {} of {} cases\n", part.name, dtype, checked - failed,
+             checked);
+  return failed;
+}
+
 }  // namespace
 
 std::vector<mha::CaseInfo> read_cases(const std::filesystem::path& golden) {
@@ -286,6 +307,7 @@ std::string result_line(std::string_view lab, const PartResult& r) {
 
 int run_lab(std::string_view lab, const std::vector<Part>& parts, int argc, char** argv) {
   Options options;
+  bool self = false;  // --self-check: the grader's own recomputation against PyTorch, no student code run
   const char* root = std::getenv("MHA_ROOT");
   if (root) options.golden = std::filesystem::path(root) / "golden" / "cases";
 #ifdef MHA_SOURCE_DIR
@@ -297,14 +319,21 @@ int run_lab(std::string_view lab, const std::vector<Part>& parts, int argc, char
     if (arg == "--golden" && i + 1 < argc) options.golden = argv[++i];
     else if (arg == "--case" && i + 1 < argc) options.only_cases.emplace_back(argv[++i]);
     else if (arg == "--verbose") options.verbose = true;
+    else if (arg == "--self-check") self = true;
     else {
-      fmt::print(stderr, "usage: {} [--golden DIR] [--case NAME]... [--verbose]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--golden DIR] [--case NAME]... [--verbose] [--self-check]\n", argv[0]);
       return 2;
     }
   }
   try {
     const auto start = std::chrono::steady_clock::now();
     const auto cases = read_cases(options.golden);
+    if (self) {
+      int failed = 0;
+      for (const auto& part : parts) failed += self_check(part, part.f32, cases) + self_check(part, part.f64, cases);
+      fmt::print("self-check: {}\n", failed == 0 ? "OK" : "FAILED");
+      return failed == 0 ? 0 : 1;
+    }
     fmt::print("lab {}: graded on the golden cases in {}\n", lab, options.golden.string());
     std::vector<PartResult> results;
     for (const auto& part : parts) results.push_back(grade_part(part, cases, options));

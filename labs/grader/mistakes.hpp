@@ -3,8 +3,8 @@
 //
 // forward(c, mistakes) runs multi_head_attention_forward on a golden case's inputs and
 // keeps every intermediate (Trace); backward(c, trace, mistakes) takes the gradients of its
-// loss. With no mistake, both are PyTorch's (the test labs-grader-self-check holds them to
-// the golden files); with mistakes, they are what a student who made them computes, which
+// loss. With no mistake, both are PyTorch's (`labNN --self-check`, the tests "labs: labNN
+// grader's own recomputation is PyTorch's", hold them to the golden files); with mistakes, they are what a student who made them computes, which
 // is what the grader compares an answer with to name its mistake. The right steps are the
 // library's (library.hpp); the mistaken ones are written here, next to the right one.
 //
