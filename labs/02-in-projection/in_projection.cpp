@@ -5,7 +5,7 @@
 //   cmake --build build/default --target lab02 && build/default/labs/lab02
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, Ek = kdim,
-// Ev = vdim. You may use mha::linear(x, W, b), which computes y = x W^T + b.
+// Ev = vdim. You may use mha::textbook::linear(x, W, b), which computes y = x W^T + b.
 #include "third_party.hpp"
 
 import mha;

@@ -30,12 +30,12 @@ xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>& heads, std::size_t num_he
 }
 
 // q (B, L, D), k (B, S, D), v (B, S, D), mask (1 or B, L, S), added to the scores, or none
-// -> output (B, L, D) and weights (B, L, S)   (mha::Attention: output, weights; leave
+// -> output (B, L, D) and weights (B, L, S)   (mha::textbook::Attention: output, weights; leave
 //    probabilities empty)
 template <class T>
-mha::Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
-                                               const xt::xtensor<T, 3>& v,
-                                               const std::optional<xt::xtensor<T, 3>>& mask) {
+mha::textbook::Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
+                                                         const xt::xtensor<T, 3>& v,
+                                                         const std::optional<xt::xtensor<T, 3>>& mask) {
   // TODO: the scores of each batch-head, scaled; the mask; a softmax; the weighted values.
   throw lab::NotImplemented("scaled_dot_product_attention");
 }
@@ -45,12 +45,13 @@ template xt::xtensor<float, 3> split_heads(const xt::xtensor<float, 3>&, std::si
 template xt::xtensor<double, 3> split_heads(const xt::xtensor<double, 3>&, std::size_t);
 template xt::xtensor<float, 3> merge_heads(const xt::xtensor<float, 3>&, std::size_t);
 template xt::xtensor<double, 3> merge_heads(const xt::xtensor<double, 3>&, std::size_t);
-template mha::Attention<float> scaled_dot_product_attention(const xt::xtensor<float, 3>&, const xt::xtensor<float, 3>&,
-                                                            const xt::xtensor<float, 3>&,
-                                                            const std::optional<xt::xtensor<float, 3>>&);
-template mha::Attention<double> scaled_dot_product_attention(const xt::xtensor<double, 3>&,
-                                                             const xt::xtensor<double, 3>&,
-                                                             const xt::xtensor<double, 3>&,
-                                                             const std::optional<xt::xtensor<double, 3>>&);
+template mha::textbook::Attention<float> scaled_dot_product_attention(const xt::xtensor<float, 3>&,
+                                                                      const xt::xtensor<float, 3>&,
+                                                                      const xt::xtensor<float, 3>&,
+                                                                      const std::optional<xt::xtensor<float, 3>>&);
+template mha::textbook::Attention<double> scaled_dot_product_attention(const xt::xtensor<double, 3>&,
+                                                                       const xt::xtensor<double, 3>&,
+                                                                       const xt::xtensor<double, 3>&,
+                                                                       const std::optional<xt::xtensor<double, 3>>&);
 
 }  // namespace lab03

@@ -156,8 +156,9 @@ using SeparateProjectionFn = std::function<mha::QKV<T>(const xt::xtensor<T, 3>&,
 template <class T>
 using HeadsFn = std::function<xt::xtensor<T, 3>(const xt::xtensor<T, 3>&, std::size_t)>;
 template <class T>
-using AttentionFn = std::function<mha::Attention<T>(const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&,
-                                                    const xt::xtensor<T, 3>&, const std::optional<xt::xtensor<T, 3>>&)>;
+using AttentionFn =
+    std::function<mha::textbook::Attention<T>(const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&,
+                                              const xt::xtensor<T, 3>&, const std::optional<xt::xtensor<T, 3>>&)>;
 template <class T>
 using MaskFn = std::function<std::optional<xt::xtensor<T, 3>>(const std::optional<mha::Mask<T>>&,
                                                               const std::optional<mha::Mask<T>>&, std::size_t,

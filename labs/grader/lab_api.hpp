@@ -64,9 +64,9 @@ xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>& heads, std::size_t num_he
 // q (B, L, D), k (B, S, D), v (B, S, D), mask (1 or B, L, S) additive, or none
 // -> output (B, L, D), weights (B, L, S); `probabilities` may stay empty.
 template <class T>
-mha::Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
-                                               const xt::xtensor<T, 3>& v,
-                                               const std::optional<xt::xtensor<T, 3>>& mask);
+mha::textbook::Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
+                                                         const xt::xtensor<T, 3>& v,
+                                                         const std::optional<xt::xtensor<T, 3>>& mask);
 }  // namespace lab03
 
 // Lab 04: the masks.

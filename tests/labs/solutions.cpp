@@ -49,8 +49,8 @@ template <class T>
 xt::xtensor<T, 3> linear(const xt::xtensor<T, 3>& x, const xt::xtensor<T, 2>& w,
                          const std::optional<xt::xtensor<T, 1>>& b, bool out = false) {
   const auto wrong = injected("weight_not_transposed");
-  if (wrong && (!out || *wrong == 1)) return mha::linear(x, xt::xtensor<T, 2>(xt::transpose(w)), b);
-  return mha::linear(x, w, b);
+  if (wrong && (!out || *wrong == 1)) return mha::textbook::linear(x, xt::xtensor<T, 2>(xt::transpose(w)), b);
+  return mha::textbook::linear(x, w, b);
 }
 
 }  // namespace
@@ -159,9 +159,9 @@ xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>& heads, std::size_t num_he
 }
 
 template <class T>
-mha::Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
-                                               const xt::xtensor<T, 3>& v,
-                                               const std::optional<xt::xtensor<T, 3>>& mask) {
+mha::textbook::Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
+                                                         const xt::xtensor<T, 3>& v,
+                                                         const std::optional<xt::xtensor<T, 3>>& mask) {
   const std::size_t B = q.shape(0), L = q.shape(1), D = q.shape(2), S = k.shape(1);
   T scale = static_cast<T>(std::sqrt(1.0 / static_cast<double>(D)));
   if (injected("no_scaling")) scale = 1;
@@ -196,13 +196,14 @@ template xt::xtensor<float, 3> split_heads(const xt::xtensor<float, 3>&, std::si
 template xt::xtensor<double, 3> split_heads(const xt::xtensor<double, 3>&, std::size_t);
 template xt::xtensor<float, 3> merge_heads(const xt::xtensor<float, 3>&, std::size_t);
 template xt::xtensor<double, 3> merge_heads(const xt::xtensor<double, 3>&, std::size_t);
-template mha::Attention<float> scaled_dot_product_attention(const xt::xtensor<float, 3>&, const xt::xtensor<float, 3>&,
-                                                            const xt::xtensor<float, 3>&,
-                                                            const std::optional<xt::xtensor<float, 3>>&);
-template mha::Attention<double> scaled_dot_product_attention(const xt::xtensor<double, 3>&,
-                                                             const xt::xtensor<double, 3>&,
-                                                             const xt::xtensor<double, 3>&,
-                                                             const std::optional<xt::xtensor<double, 3>>&);
+template mha::textbook::Attention<float> scaled_dot_product_attention(const xt::xtensor<float, 3>&,
+                                                                      const xt::xtensor<float, 3>&,
+                                                                      const xt::xtensor<float, 3>&,
+                                                                      const std::optional<xt::xtensor<float, 3>>&);
+template mha::textbook::Attention<double> scaled_dot_product_attention(const xt::xtensor<double, 3>&,
+                                                                       const xt::xtensor<double, 3>&,
+                                                                       const xt::xtensor<double, 3>&,
+                                                                       const std::optional<xt::xtensor<double, 3>>&);
 
 }  // namespace lab03
 
@@ -288,9 +289,9 @@ mha::Output<T> forward_kept(const mha::Options& options, const mha::StateDict<T>
   k.batched = query.dimension() == 3, k.batch_first = options.batch_first && k.batched;
   k.H = static_cast<std::size_t>(options.num_heads);
   // 1) sequence-first, batched
-  k.query = mha::to_seq_first_batched(query, k.batch_first);  // (L, N, E)
-  k.key = mha::to_seq_first_batched(key, k.batch_first);      // (S, N, Ek)
-  k.value = mha::to_seq_first_batched(value, k.batch_first);  // (S, N, Ev)
+  k.query = mha::textbook::to_seq_first_batched(query, k.batch_first);  // (L, N, E)
+  k.key = mha::textbook::to_seq_first_batched(key, k.batch_first);      // (S, N, Ek)
+  k.value = mha::textbook::to_seq_first_batched(value, k.batch_first);  // (S, N, Ev)
   k.L = k.query.shape(0), k.N = k.query.shape(1), k.S = k.key.shape(0);
   // 3) in-projection
   k.in = in_weights(parameters);
@@ -316,7 +317,7 @@ mha::Output<T> forward_kept(const mha::Options& options, const mha::StateDict<T>
                        ? k.merged
                        : linear(k.merged, xt::xtensor<T, 2>(parameters.at("out_proj.weight")), out_bias, true);
   // 10) the caller's layout
-  mha::Output<T> o{mha::caller_layout(out, k.batched, k.batch_first), std::nullopt};
+  mha::Output<T> o{mha::textbook::caller_layout(out, k.batched, k.batch_first), std::nullopt};
   if (opts.need_weights) {
     xt::xtensor<T, 4> per_head = xt::reshape_view(a.weights, {k.N, k.H, k.L, k.S});
     xt::xarray<T> w = per_head;
@@ -351,7 +352,7 @@ namespace lab06 {
 // A weight's gradient dY^T X, (out, in); grad_transposed (variant 0: every weight, 1:
 // out_proj's, 2: the in-projection's) gives X^T dY.
 template <class T>
-xt::xarray<T> weight_gradient(const mha::LinearGradients<T>& g, bool out) {
+xt::xarray<T> weight_gradient(const mha::textbook::LinearGradients<T>& g, bool out) {
   const auto wrong = injected("grad_transposed");
   if (wrong && (*wrong == 0 || (*wrong == 1) == out) && g.weight.shape(0) == g.weight.shape(1))
     return xt::transpose(g.weight);
@@ -377,36 +378,37 @@ mha::Gradients<T> backward(const mha::Options& options, const mha::StateDict<T>&
   lab05::forward_kept(options, parameters, query, key, value, opts, k);
   mha::Gradients<T> g;
   // 9) out_proj: dY (L, N, E)
-  const auto dy = mha::to_seq_first_batched(grad_attn_output, k.batch_first);
+  const auto dy = mha::textbook::to_seq_first_batched(grad_attn_output, k.batch_first);
   const bool has_bias = parameters.contains("out_proj.bias");
-  const auto out = mha::linear_backward(k.merged, xt::xtensor<T, 2>(parameters.at("out_proj.weight")), dy, false);
+  const auto out =
+      mha::textbook::linear_backward(k.merged, xt::xtensor<T, 2>(parameters.at("out_proj.weight")), dy, false);
   g.parameters["out_proj.weight"] = weight_gradient(out, true);
   if (has_bias) g.parameters["out_proj.bias"] = bias_gradient(dy);
   // 8) P v, the weights' own gradient, softmax, scores
-  const auto d_heads = mha::split_heads(out.input, k.H);  // (B, L, D)
-  auto pv = mha::weighted_values_backward(k.weights, k.vh, d_heads);
+  const auto d_heads = mha::textbook::split_heads(out.input, k.H);  // (B, L, D)
+  auto pv = mha::textbook::weighted_values_backward(k.weights, k.vh, d_heads);
   if (grad_attn_output_weights)
-    pv.weights +=
-        mha::output_weights_backward(*grad_attn_output_weights, k.N, k.H, k.L, k.S, opts.average_attn_weights);
+    pv.weights += mha::textbook::output_weights_backward(*grad_attn_output_weights, k.N, k.H, k.L, k.S,
+                                                         opts.average_attn_weights);
   xt::xtensor<T, 3> ds;
   if (injected("softmax_jacobian_diagonal_missing")) {
     const xt::xtensor<T, 3> dot = xt::sum(pv.weights * k.weights, {2}, xt::keep_dims);
     ds = -k.weights * dot;
   } else {
-    ds = mha::softmax_backward(k.weights, pv.weights);
+    ds = mha::textbook::softmax_backward(k.weights, pv.weights);
   }
-  auto scores = mha::scores_backward(k.qh, k.kh, ds);
-  const T scale = mha::attention_scale<T>(k.qh.shape(2));
+  auto scores = mha::textbook::scores_backward(k.qh, k.kh, ds);
+  const T scale = mha::textbook::attention_scale<T>(k.qh.shape(2));
   if (const auto wrong = injected("grad_scale_missing")) {
     if (*wrong != 2) scores.query /= scale;
     if (*wrong != 1) scores.key /= scale;
   }
   // 5) heads merged, 3) in-projection
-  const auto dq = mha::merge_heads(scores.query, k.H), dk = mha::merge_heads(scores.key, k.H);
-  const auto dv = mha::merge_heads(pv.values, k.H);
-  const auto gq = mha::linear_backward(k.query, k.in.w_q, dq, false);
-  const auto gk = mha::linear_backward(k.key, k.in.w_k, dk, false);
-  const auto gv = mha::linear_backward(k.value, k.in.w_v, dv, false);
+  const auto dq = mha::textbook::merge_heads(scores.query, k.H), dk = mha::textbook::merge_heads(scores.key, k.H);
+  const auto dv = mha::textbook::merge_heads(pv.values, k.H);
+  const auto gq = mha::textbook::linear_backward(k.query, k.in.w_q, dq, false);
+  const auto gk = mha::textbook::linear_backward(k.key, k.in.w_k, dk, false);
+  const auto gv = mha::textbook::linear_backward(k.value, k.in.w_v, dv, false);
   if (parameters.contains("in_proj_weight"))
     g.parameters["in_proj_weight"] = xt::concatenate(
         xt::xtuple(weight_gradient(gq, false), weight_gradient(gk, false), weight_gradient(gv, false)), 0);
@@ -417,9 +419,9 @@ mha::Gradients<T> backward(const mha::Options& options, const mha::StateDict<T>&
   if (parameters.contains("in_proj_bias"))
     g.parameters["in_proj_bias"] =
         xt::concatenate(xt::xtuple(bias_gradient(dq), bias_gradient(dk), bias_gradient(dv)), 0);
-  g.query = mha::caller_layout(gq.input, k.batched, k.batch_first);
-  g.key = mha::caller_layout(gk.input, k.batched, k.batch_first);
-  g.value = mha::caller_layout(gv.input, k.batched, k.batch_first);
+  g.query = mha::textbook::caller_layout(gq.input, k.batched, k.batch_first);
+  g.key = mha::textbook::caller_layout(gk.input, k.batched, k.batch_first);
+  g.value = mha::textbook::caller_layout(gv.input, k.batched, k.batch_first);
   return g;
 }
 
