@@ -58,7 +58,7 @@ void require_generations_agree(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("a fully masked row through 2.x's SDPA is out_proj.bias; 1.13 and the weights' branch give NaN",
+TEST_CASE("a fully masked row through 2.x's SDPA is out_proj.bias, 1.13 and the weights' branch give NaN",
           "[generations]") {
   require_generations_differ("sdpa_fully_masked_row_f32", /*made_by_1_13_too=*/true);
   require_generations_differ("sdpa_fully_padded_batch_f64", true);
@@ -80,7 +80,7 @@ TEST_CASE("2.6's SDPA output of a fully masked row is out_proj.bias, as the case
   CHECK(out(1, 0, 0) != bias(0));  // and another row is not
 }
 
-TEST_CASE("the native fast path gives a fully masked row NaN; grad enabled, 2.x's slow path gives out_proj.bias",
+TEST_CASE("the native fast path gives a fully masked row NaN, grad enabled, 2.x's slow path gives out_proj.bias",
           "[generations]") {
   require_generations_agree("fast_path_fully_padded_batch_f32");
   require_generations_agree("fast_path_fully_masked_row_f32");
@@ -131,7 +131,7 @@ TEST_CASE("the module says which code PyTorch runs, and why not the fast path", 
   CHECK(module.pytorch_path(c.query, c.query, c.query, opts).why_not_fast_path == "training is enabled");
 }
 
-TEST_CASE("is_causal: 2.x's SDPA branch never reads a mask that is not causal; 1.13 applies the mask",
+TEST_CASE("is_causal: 2.x's SDPA branch never reads a mask that is not causal, 1.13 applies the mask",
           "[generations]") {
   require_generations_differ("is_causal_hint_noncausal_mask_f32", false);
   require_generations_differ("is_causal_hint_noncausal_float_mask_cross_f64", false);
@@ -152,7 +152,7 @@ TEST_CASE("is_causal without attn_mask: refused by 2.x's slow path, ignored by i
   require_generations_differ("fast_path_is_causal_without_attn_mask_f32", false);
 }
 
-TEST_CASE("a uint8 attn_mask: 2.x refuses it; 1.13 reads it as bool, with its warning", "[generations]") {
+TEST_CASE("a uint8 attn_mask: 2.x refuses it, 1.13 reads it as bool, with its warning", "[generations]") {
   require_generations_differ("reject_attn_mask_uint8", false);
   require_generations_differ("functional_reject_attn_mask_uint8", false);
   // 1.13 side, from PyTorch 1.13's own numbers: the bool case's mask as uint8 gives the
@@ -180,7 +180,7 @@ TEST_CASE("a uint8 attn_mask: 2.x refuses it; 1.13 reads it as bool, with its wa
   require_generations_agree("reject_key_padding_mask_uint8");
 }
 
-TEST_CASE("mismatched masks: 2.x warns and adds them; 1.13 merges by logical_or, or not at all", "[generations]") {
+TEST_CASE("mismatched masks: 2.x warns and adds them, 1.13 merges by logical_or, or not at all", "[generations]") {
   // A float attn_mask and a bool key_padding_mask: the same numbers; only 2.x warns.
   require_generations_differ("mismatched_masks_float_attn_mask_bool_key_padding_mask_f32", true);
   // A bool attn_mask and a float key_padding_mask: 1.13's logical_or masks the -1.0.
@@ -189,7 +189,7 @@ TEST_CASE("mismatched masks: 2.x warns and adds them; 1.13 merges by logical_or,
   require_generations_differ("float_masks_both_f64", true);
 }
 
-TEST_CASE("1.13's fast path makes a float key_padding_mask bool, with a warning; 2.x's takes no float mask",
+TEST_CASE("1.13's fast path makes a float key_padding_mask bool, with a warning, 2.x's takes no float mask",
           "[generations]") {
   require_generations_differ("grad_disabled_float_key_padding_mask_f32", true);
   const auto info = mha::read_case_info(mha_test::golden_cases() / "grad_disabled_float_key_padding_mask_f32");
