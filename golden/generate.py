@@ -56,7 +56,7 @@ the same kinds of kernels, are held to it too.)
 Seeds are fixed and derived from each case's name, so adding a case changes no other.
 
 PyTorch 2.x (Debian 13's 2.6) runs --check and --out DIR within the differences listed in
-docs/versions.md, and refuses to rewrite golden/: that needs 1.13.1 (generator/versions.py).
+docs/15-versions.md, and refuses to rewrite golden/: that needs 1.13.1 (generator/versions.py).
 """
 
 import argparse
@@ -100,7 +100,7 @@ def main() -> int:
         print(f"generate.py: regenerating golden/ needs PyTorch {GOLDEN_PYTORCH}.1 (Debian 12's "
               f"python3-torch), which made the goldens; this is PyTorch {PYTORCH}. With it, "
               "--check compares golden/ with a regeneration and --out DIR writes elsewhere "
-              "(docs/versions.md).", file=sys.stderr)
+              "(docs/15-versions.md).", file=sys.stderr)
         return 1
     print(f"wrote {generate_golden(args.out, args.cases)} to {args.out}")
     return 0

@@ -3,7 +3,7 @@
 golden/ holds what PyTorch 1.13.1 computed (Debian 12's python3-torch, whose
 torch.__version__ reads 1.13.0a0). PyTorch 2.x (Debian 13 has 2.6) draws the same inputs,
 computes the same tensors within --check's bound and rejects the same broken calls, but
-words one rejection differently (FunctionalRejection.error_2x; docs/versions.md lists the
+words one rejection differently (FunctionalRejection.error_2x; docs/15-versions.md lists the
 differences). So under 2.x:
 
   --check and --out DIR work: where 2.x words a rejection differently, its message must
@@ -27,4 +27,4 @@ def describe_pytorch() -> str:
     if is_golden_pytorch():
         return f"PyTorch {PYTORCH}, the goldens' own version"
     return (f"PyTorch {PYTORCH}, not {GOLDEN_PYTORCH}.1 which made the goldens: "
-            "within the differences of docs/versions.md")
+            "within the differences of docs/15-versions.md")
