@@ -328,11 +328,11 @@ int main(int argc, char** argv) {
 
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    // The OpenBLAS kernel behind every GEMM here, sgemm_peak's included (:blas).
+    // The OpenBLAS kernel behind every GEMM here, sgemm_peak's included (platform/blas.hpp).
     benchmark::AddCustomContext("blas_kernel", mha::blas_kernel().name);
     benchmark::AddCustomContext("blas_kernel_chosen_by", mha::blas_kernel().chosen_by);
     benchmark::AddCustomContext("cpu_simd_level", mha::to_string(mha::cpu_simd_level()));
-    // The library that runs the large float GEMMs (:gemm_library).
+    // The library that runs the large float GEMMs (platform/gemm_library.hpp).
     benchmark::AddCustomContext("gemm_library", mha::to_string(mha::gemm_library()));
     benchmark::AddCustomContext("onednn_version", mha::onednn_version().value_or("none"));
     const bool tiny = args.shapes == "tiny";

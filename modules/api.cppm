@@ -1,8 +1,10 @@
-// mha:api — what a PyTorch user calls: the functional form, the module, the KV cache.
+// modules/api.cppm — what a PyTorch user calls: the functional form, the module, the KV cache.
 //
-// F.multi_head_attention_forward argument for argument (functional.hpp), the module with
-// its parameters, train/eval and a forward that picks a path (multihead_attention.hpp), and
-// decoding one token at a time (kv_cache.hpp). Start reading at MultiheadAttention::forward().
+// The one choice of path, the reference or the engine, for steps 3 to 10
+// (attention_paths.hpp), F.multi_head_attention_forward argument for argument
+// (functional.hpp), the module with its parameters, train/eval, forward and backward
+// (multihead_attention.hpp), and decoding one token at a time (kv_cache.hpp). Start
+// reading at MultiheadAttention::forward().
 //
 // One module unit per layer, each file one idea: docs/building.md says why.
 module;
@@ -15,6 +17,7 @@ import :platform;
 import :textbook;
 import :engine;
 
+#include "api/attention_paths.hpp"
 #include "api/functional.hpp"
 #include "api/multihead_attention.hpp"
 #include "api/kv_cache.hpp"

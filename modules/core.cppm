@@ -1,4 +1,4 @@
-// mha.core — the library's one exception type, and how its messages are worded.
+// modules/core.cppm — the library's one exception type, and how its messages are worded.
 //
 // Every invalid argument is reported as an mha::Error whose message starts with the
 // argument's name, then says what was expected and what was given, in PyTorch's words

@@ -1,4 +1,4 @@
-// mha:engine — the fast paths behind AttentionPath::fast and memory_efficient (internal).
+// modules/engine.cppm — the fast paths behind AttentionPath::fast and memory_efficient (internal).
 //
 // All of it in namespace mha::detail, none of it exported: heads as strided views
 // (attention_problem.hpp), the softmax row kernels (softmax_kernels.hpp), every batch-head as

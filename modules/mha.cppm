@@ -1,57 +1,59 @@
-// mha: PyTorch's torch.nn.MultiheadAttention, from scratch, one idea per file.
+// modules/mha.cppm — PyTorch's torch.nn.MultiheadAttention, from scratch, one idea per file.
 //
-// Where to start: MultiheadAttention::forward() in :multihead_attention, then the reference
-// forward it calls (reference_forward.cpp), whose numbered steps each call the file
-// that teaches them. The machine underneath and the engine can be skipped at first.
+// Where to start: MultiheadAttention::forward() (api/multihead_attention.hpp). It does two
+// steps itself, the shapes (1) and the masks (2), and makes one call, attention_steps()
+// (api/attention_paths.hpp), which runs steps 3 to 10 on the path chosen: the readable
+// reference, textbook::reference_forward (textbook/reference_forward.cpp), whose numbered
+// steps each call the textbook file that teaches them, or the engine. The machine
+// underneath and the engine can be skipped at first.
 //
-// `import mha;` gives the module and what it is made of. Files are in two modules of
-// their own: mha.io (.npy and .safetensors files, checkpoints, their attention layers,
-// other models' weight layouts) and mha.golden (PyTorch's golden cases, and checking
-// them). The textbook, in reading order:
-//   mha.core             mha::Error, the one exception type of the library (a module
-//                        of its own, re-exported here)
-//   :random              a seedable generator for initialisation and dropout
-//   :in_projection       the packed (3E, E) in_proj_weight: split, pack, project
-//   :masks               bool and float masks, causal masks, padding, merging (step 2)
-//   :attention           heads, scaling, softmax, dropout, scaled dot-product attention
-//   :extra_keys          add_bias_kv: bias_k and bias_v appended as one more key
-//   :options             the module's and forward's arguments, forward's output, the paths
-//   :inputs              the inputs' shapes and layouts (step 1), the caller's layout (step 10)
-//   :parameters          the parameters by state_dict name, and their initialisation
-//   :reference_forward   multi_head_attention_forward, steps 3 to 10, one tensor per step
-//   :functional          F.multi_head_attention_forward itself, argument for argument:
-//                        static_k/static_v, each bias optional, separate weights
-//   :gradients           the backward of each step: linear, softmax, dropout, heads, ...
-//   :reference_backward  the gradients of a forward, steps 10 to 1 in reverse
-//   :multihead_attention the module: parameters, train/eval, a forward that picks a path,
-//                        backward
-//   :kv_cache            decoding one token at a time: the keys and values kept, a step
-// The machine underneath:
-//   :cpu                 what this CPU runs: SSE2, AVX, AVX2 + FMA, AVX-512
-//   :blas                which OpenBLAS kernel runs the GEMMs; use_best_blas_kernel
-//   :gemm_library        oneDNN or OpenBLAS for the float GEMMs, and why oneDNN
-//   :threads             set_num_threads: the library's own pool of threads
-//   :workspace           the fast paths' buffers per thread, capped and releasable
+// `import mha;` gives what a user calls in namespace mha (the module, the functional form,
+// KVCache, the settings, the errors: docs/public-names.md lists them), the textbook's steps
+// in namespace mha::textbook, and nothing of the engine. Files are in two modules of their
+// own: mha.io (.npy and .safetensors files, checkpoints, their attention layers, other
+// models' weight layouts) and mha.golden (PyTorch's golden cases, and checking them).
 //
-// The engine behind AttentionPath::fast and memory_efficient is internal, all of it in
-// namespace mha::detail, none of it exported (its layer is re-exported only so that
-// MultiheadAttention, which holds an Engine, can be copied outside the module):
-//   :engine              the fast forward: buffers, W^T, the fewest GEMMs, steps 3 to 10
-//   :engine_backward     the fast backward: GEMMs over strided heads, from a saved forward
-//   :training_forward    forward_for_backward() on the engine: its GEMMs, the reference's record
-//   :fast_attention      every batch-head as two GEMMs and one softmax pass
-//   :flash_attention     tiles and an online softmax, the weights never formed
-//   :softmax_kernels     the softmax row kernels and the SIMD level they run at
-//   :attention_tiles     a head's two products on AVX-512 registers, k and v copied once
-//   :attention_problem   heads as strided views, masks as given: what the kernels solve
-//   :packed_linear       a float linear layer on oneDNN's matmul, W^T reordered once
-//   :linear              the one GEMM entry point, and y = x W^T + b on it
-//
-// Each name above is one file, :attention being textbook/attention.hpp. The files are in
-// four layers, each one module partition that includes its files, each file after those it
-// uses: mha:platform (modules/platform/: :cpu to :workspace, :packed_linear and :linear), mha:textbook
-// (modules/textbook/), mha:engine (modules/engine/) and mha:api (modules/api/: :functional,
-// :multihead_attention, :kv_cache). docs/building.md has the figures of why.
+// Four layers, one module partition each, each including its files in reading order
+// (docs/building.md has the figures of why):
+//   mha.core      (core.cppm) mha::Error, the one exception type, and its checks; a module of
+//                 its own, re-exported here
+//   mha:textbook  (textbook.cppm, textbook/) the readable reference; imports mha.core alone
+//     random.hpp              a seedable generator for initialisation and dropout
+//     masks.hpp               bool and float masks, causal masks, padding, merging (step 2)
+//     attention.hpp           heads, scaling, softmax, dropout, scaled dot-product attention
+//     extra_keys.hpp          add_bias_kv: bias_k and bias_v appended as one more key
+//     in_projection.hpp       the packed (3E, E) in_proj_weight: split, pack, project; linear
+//     options.hpp             the module's and forward's arguments, forward's output, the paths
+//     inputs.hpp              the inputs' shapes and layouts (step 1), the caller's layout (step 10)
+//     parameters.hpp          the parameters by state_dict name, their initialisation and version
+//     reference_forward.hpp   multi_head_attention_forward, steps 3 to 10, one tensor per step
+//     gradients.hpp           the backward of each step: linear, softmax, dropout, heads, ...
+//     reference_backward.hpp  the gradients of a forward, steps 10 to 1 in reverse
+//   mha:platform  (platform.cppm, platform/) the machine underneath
+//     cpu.hpp                 what this CPU runs: SSE2, AVX, AVX2 + FMA, AVX-512
+//     threads.hpp             set_num_threads: the library's own pool of threads
+//     workspace.hpp           the fast paths' buffers per thread, capped and releasable
+//     blas.hpp                which OpenBLAS kernel runs the GEMMs; use_best_blas_kernel
+//     gemm_library.hpp        oneDNN or OpenBLAS for the float GEMMs, and why oneDNN
+//     packed_linear.hpp       a float linear layer on oneDNN's matmul, W^T reordered once
+//     linear.hpp              the one GEMM entry point, and y = x W^T + b on it
+//   mha:engine    (engine.cppm, engine/) the fast paths, all in namespace mha::detail
+//     attention_problem.hpp   heads as strided views, masks as given: what the kernels solve
+//     softmax_kernels.hpp     the softmax row kernels and the SIMD level they run at
+//     attention_tiles.hpp     a head's two products on AVX-512 registers, k and v copied once
+//     fast_attention.hpp      every batch-head as two GEMMs and one softmax pass
+//     flash_attention.hpp     tiles and an online softmax, the weights never formed
+//     engine.hpp              the fast forward: buffers, W^T, the fewest GEMMs, steps 3 to 10
+//     engine_backward.hpp     the fast backward: GEMMs over strided heads, from a saved forward
+//     training_forward.hpp    forward_for_backward() on the engine: its GEMMs, the reference's record
+//   mha:api       (api.cppm, api/) what a PyTorch user calls
+//     attention_paths.hpp     the one choice of path: reference or engine, steps 3 to 10
+//     functional.hpp          F.multi_head_attention_forward itself, argument for argument
+//     multihead_attention.hpp the module: parameters, train/eval, forward, backward
+//     kv_cache.hpp            decoding one token at a time: the keys and values kept, a step
+// The engine's layer exports no name; it is re-exported only because every interface
+// partition must be, and because MultiheadAttention, which holds an Engine, can then be
+// copied outside the module.
 export module mha;
 
 export import mha.core;

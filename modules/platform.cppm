@@ -1,4 +1,4 @@
-// mha:platform — the machine underneath: which kernels run, on which threads, in which buffers.
+// modules/platform.cppm — the machine underneath: which kernels run, on which threads, in which buffers.
 //
 // The CPU's vector instruction sets (cpu.hpp), which OpenBLAS kernel runs (blas.hpp), oneDNN
 // or OpenBLAS for the float GEMMs (gemm_library.hpp), the library's pool of threads

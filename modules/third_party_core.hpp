@@ -47,8 +47,8 @@
 #include <variant>
 #include <vector>
 
-#include <pthread.h>  // pthread_setname_np: the pool's threads are named mha-pool (:threads)
-#include <sched.h>    // sched_getaffinity: the CPUs this process may run on (:threads)
+#include <pthread.h>  // pthread_setname_np: the pool's threads are named mha-pool (platform/threads.hpp)
+#include <sched.h>    // sched_getaffinity: the CPUs this process may run on (platform/threads.hpp)
 
 // nlohmann_json includes <ranges> in C++20 mode; clang 16 cannot merge <ranges> across
 // module units, and the library needs none of it.

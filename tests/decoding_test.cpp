@@ -1,4 +1,4 @@
-// :functional and :kv_cache beyond the goldens: decoding one token at a time equals the
+// api/functional.hpp and api/kv_cache.hpp beyond the goldens: decoding one token at a time equals the
 // causal forward, the functional form equals the module, and the rejections name the
 // argument. The functional form's own golden cases (format 3) are in golden_test.
 #include "support.hpp"
@@ -35,7 +35,7 @@ mha::MultiheadAttention<T_> decoder(AttentionPath path, bool batch_first = false
 template <class T_>
 xt::xarray<T_> causal_forward(mha::MultiheadAttention<T_>& m, const xt::xarray<T_>& x, std::size_t len) {
   mha::ForwardOptions<T_> opts;
-  opts.attn_mask = xt::xarray<bool>(mha::causal_mask(len, len));
+  opts.attn_mask = xt::xarray<bool>(mha::textbook::causal_mask(len, len));
   opts.need_weights = false;
   return m.forward(x, x, x, opts).attn_output;
 }

@@ -13,7 +13,7 @@
 //
 // The second test holds backward() to central finite differences of the forward on the
 // same random trials: every gradient, of every input object and every parameter; and the
-// fast backward (:engine_backward, the default) to the reference at 1e-10.
+// fast backward (engine/engine_backward.hpp, the default) to the reference at 1e-10.
 //
 // Reproducible: trial i uses seed MHA_DIFF_SEED + i (default base 20240601). A failure
 // prints the seed and every option of the trial.
@@ -205,7 +205,7 @@ void draw_masks(Trial& t, Draw& draw) {
                        : draw.pick({MaskKind::none, MaskKind::bool_2d, MaskKind::float_2d, MaskKind::bool_3d,
                                     MaskKind::float_3d, MaskKind::causal});
   if (t.attn_mask == MaskKind::causal) {
-    t.forward.attn_mask = Mask(xt::xarray<bool>(mha::causal_mask(t.L, t.S)));
+    t.forward.attn_mask = Mask(xt::xarray<bool>(mha::textbook::causal_mask(t.L, t.S)));
     t.forward.is_causal = draw.chance(0.7);
   } else if (t.attn_mask != MaskKind::none) {
     const bool three_d = t.attn_mask == MaskKind::bool_3d || t.attn_mask == MaskKind::float_3d;

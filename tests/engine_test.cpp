@@ -1,5 +1,5 @@
-// :engine and the internal files behind it (:fast_attention, :flash_attention,
-// :softmax_kernels, :attention_problem, :linear), held to the reference path.
+// mha:engine and the internal files behind it (engine/fast_attention.hpp, engine/flash_attention.hpp,
+// engine/softmax_kernels.hpp, engine/attention_problem.hpp, platform/linear.hpp), held to the reference path.
 //
 // On random float64 inputs covering every option, fast and memory_efficient must equal the
 // reference path to rounding, with NaN in exactly the same places; the engine follows
@@ -90,7 +90,7 @@ mha::ForwardOptions<double> random_forward_options(const RandomCase& rc, Engine&
   } else if (rc.attn_mask == "float3d") {
     opts.attn_mask = mha::Mask<double>(random_tensor({B, rc.L, rc.S}, g));
   } else if (rc.attn_mask == "causal") {
-    opts.attn_mask = mha::Mask<double>(xt::xarray<bool>(mha::causal_mask(rc.L, rc.S)));
+    opts.attn_mask = mha::Mask<double>(xt::xarray<bool>(mha::textbook::causal_mask(rc.L, rc.S)));
   }
   if (rc.key_padding_mask) {
     auto m = batched ? random_bool_mask({N, rc.S}, 0.25, g) : random_bool_mask({rc.S}, 0.25, g);
@@ -384,7 +384,7 @@ struct KernelLevel {
 };
 
 // The float32 kernels (the Cephes exp, the 8- and 16-lane masked max loops with their
-// remainder lanes, the multi-tile online softmax, the AVX-512 tiles of :attention_tiles)
+// remainder lanes, the multi-tile online softmax, the AVX-512 tiles of engine/attention_tiles.hpp)
 // at odd lengths, with both masks, on both fast paths: L = 157 and S = 613 are neither
 // lane nor tile multiples, and S spans several 256-key tiles and 64-key panels. On the
 // tiles, L = 157 is a block of 102 query rows (17 tiles of 6) and one of 55 (9 and a
@@ -509,7 +509,7 @@ TEST_CASE("a thread's buffers are released on request, and a forward past the li
   module.eval();
   module.set_attention_path(AttentionPath::fast);
   const std::size_t limit = mha::kept_thread_buffer_bytes();
-  REQUIRE(limit == std::size_t{64} << 20);  // the default, as :workspace says
+  REQUIRE(limit == std::size_t{64} << 20);  // the default, as platform/workspace.hpp says
   mha::release_thread_buffers();            // what earlier tests in this thread left
   REQUIRE(mha::thread_buffer_bytes() == 0);
   const auto expected = threaded_forward(module);

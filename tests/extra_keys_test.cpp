@@ -1,4 +1,4 @@
-// :extra_keys — add_bias_kv: bias_k appended as one more key of every batch entry.
+// textbook/extra_keys.hpp — add_bias_kv: bias_k appended as one more key of every batch entry.
 #include "support.hpp"
 
 using Catch::Matchers::ContainsSubstring;
@@ -9,9 +9,9 @@ TEST_CASE("append_bias repeats the bias over the batch as key S, after the S key
   // torch.cat([k, bias.repeat(1, 2, 1)]) = [[[1, 2], [3, 4]], [[5, 6], [5, 6]]].
   const xt::xtensor<double, 3> k{{{1, 2}, {3, 4}}};
   const xt::xtensor<double, 3> bias{{{5, 6}}};
-  CHECK(mha_test::same(mha::append_bias(k, bias), xt::xarray<double>{{{1, 2}, {3, 4}}, {{5, 6}, {5, 6}}}));
+  CHECK(mha_test::same(mha::textbook::append_bias(k, bias), xt::xarray<double>{{{1, 2}, {3, 4}}, {{5, 6}, {5, 6}}}));
   const xt::xtensor<double, 3> wrong{{{5, 6, 7}}};
-  CHECK_MHA_ERROR(mha::append_bias(k, wrong),
+  CHECK_MHA_ERROR(mha::textbook::append_bias(k, wrong),
                   ContainsSubstring("bias:") && ContainsSubstring("(1, 1, 2)") && ContainsSubstring("(1, 1, 3)"));
 }
 

@@ -1,4 +1,4 @@
-// Which library multiplies the float matrices (:gemm_library): oneDNN for the large ones
+// Which library multiplies the float matrices (platform/gemm_library.hpp): oneDNN for the large ones
 // where the build has it, OpenBLAS for the rest; the same forward and backward either way,
 // both held to float64; and the caller's OpenMP setting left as it was found.
 #include "support.hpp"
@@ -116,7 +116,7 @@ TEST_CASE("oneDNN and OpenBLAS give the same float forward and backward, both he
 }
 
 // The fast forward's float projections run on oneDNN's matmul, with W^T reordered once per
-// version of the weights (:packed_linear); the readable path's run on dnnl_sgemm with the
+// version of the weights (platform/packed_linear.hpp); the readable path's run on dnnl_sgemm with the
 // bias copied in first. Both are held to each other after every kind of change a module's
 // weights can go through, for self-attention, key is value, three inputs and separate
 // projection weights, and at 75 row counts: more than the 64 matmuls a packed weight keeps,

@@ -1,4 +1,4 @@
-// :golden — the golden-case harness: case.json read strictly, a malformed case a FAIL.
+// The golden-case harness of mha.golden (modules/golden/): case.json read strictly, a malformed case a FAIL.
 #include "support.hpp"
 
 #include <fstream>

@@ -30,11 +30,12 @@ mha::QKV<T> project_in_order(const mha::Case<T>& c, const Blocks& order) {
   if (c.parameters.contains("in_proj_bias")) in_proj_bias = c.parameters.at("in_proj_bias");
   const std::size_t E = in_proj_weight.shape(1);
   const bool batched = c.query.dimension() == 3, transpose = c.info.options.batch_first && batched;
-  const auto query = mha::to_seq_first_batched(c.query, transpose);  // (L, N, E)
-  const auto key = mha::to_seq_first_batched(c.key, transpose);      // (S, N, E)
-  const auto value = mha::to_seq_first_batched(c.value, transpose);  // (S, N, E)
+  const auto query = mha::textbook::to_seq_first_batched(c.query, transpose);  // (L, N, E)
+  const auto key = mha::textbook::to_seq_first_batched(c.key, transpose);      // (S, N, E)
+  const auto value = mha::textbook::to_seq_first_batched(c.value, transpose);  // (S, N, E)
   auto project = [&](const xt::xtensor<T, 3>& x, std::size_t block) {
-    return mha::linear(x, mha::weight_block(in_proj_weight, block), mha::bias_block(in_proj_bias, block, E));
+    return mha::textbook::linear(x, mha::textbook::weight_block(in_proj_weight, block),
+                                 mha::textbook::bias_block(in_proj_bias, block, E));
   };
   return {project(query, order[0]), project(key, order[1]), project(value, order[2])};
 }
@@ -71,7 +72,7 @@ TEST_CASE("split_packed gives W_q W_k W_v as row blocks 0 1 2 and the bias third
   const xt::xtensor<float, 2> w = c.parameters.at("in_proj_weight");
   const xt::xtensor<float, 1> b = c.parameters.at("in_proj_bias");
   const std::size_t E = w.shape(1);
-  const auto p = mha::split_packed(w, std::optional(b));
+  const auto p = mha::textbook::split_packed(w, std::optional(b));
   REQUIRE(p.w_q.shape() == std::array<std::size_t, 2>{E, E});
   CHECK(mha_test::same(p.w_q, xt::view(w, xt::range(0, E), xt::all())));
   CHECK(mha_test::same(p.w_k, xt::view(w, xt::range(E, 2 * E), xt::all())));
@@ -85,19 +86,20 @@ TEST_CASE("split then pack and pack then split are identities", "[in_projection]
   const auto c = mha_test::load<double>("self_seqfirst_f64");
   const xt::xtensor<double, 2> w = c.parameters.at("in_proj_weight");
   const xt::xtensor<double, 1> b = c.parameters.at("in_proj_bias");
-  const auto packed = mha::pack(mha::split_packed(w, std::optional(b)));
+  const auto packed = mha::textbook::pack(mha::textbook::split_packed(w, std::optional(b)));
   CHECK(mha_test::same(packed.in_proj_weight, w));
   CHECK(mha_test::same(mha_test::value_of(packed.in_proj_bias, "in_proj_bias"), b));
 
-  const auto split = mha::split_packed(packed.in_proj_weight, packed.in_proj_bias);
-  const auto again = mha::split_packed(mha::pack(split).in_proj_weight, mha::pack(split).in_proj_bias);
+  const auto split = mha::textbook::split_packed(packed.in_proj_weight, packed.in_proj_bias);
+  const auto again =
+      mha::textbook::split_packed(mha::textbook::pack(split).in_proj_weight, mha::textbook::pack(split).in_proj_bias);
   CHECK(mha_test::same(again.w_q, split.w_q));
   CHECK(mha_test::same(again.w_k, split.w_k));
   CHECK(mha_test::same(again.w_v, split.w_v));
   CHECK(mha_test::same(mha_test::value_of(again.b_v, "b_v"), mha_test::value_of(split.b_v, "b_v")));
 
   // Without bias, nothing is invented.
-  const auto no_bias = mha::pack(mha::split_packed(w, std::optional<xt::xtensor<double, 1>>{}));
+  const auto no_bias = mha::textbook::pack(mha::textbook::split_packed(w, std::optional<xt::xtensor<double, 1>>{}));
   CHECK_FALSE(no_bias.in_proj_bias.has_value());
 }
 
@@ -124,8 +126,9 @@ TEST_CASE("packing is impossible when kdim or vdim differs from embed_dim", "[in
   REQUIRE_FALSE(module.qkv_same_embed_dim());
   CHECK_MHA_ERROR(module.to_packed(), Catch::Matchers::ContainsSubstring("kdim, vdim") &&
                                           Catch::Matchers::ContainsSubstring("cannot pack"));
-  CHECK_MHA_ERROR(mha::pack(module.separate_projections()), Catch::Matchers::ContainsSubstring("k_proj_weight") ||
-                                                                Catch::Matchers::ContainsSubstring("v_proj_weight"));
+  CHECK_MHA_ERROR(
+      mha::textbook::pack(module.separate_projections()),
+      Catch::Matchers::ContainsSubstring("k_proj_weight") || Catch::Matchers::ContainsSubstring("v_proj_weight"));
 }
 
 TEST_CASE("parameter names and shapes are PyTorch's state_dict", "[in_projection][state_dict]") {
@@ -158,15 +161,17 @@ TEST_CASE("the building blocks check their shapes", "[in_projection][errors]") {
   using Catch::Matchers::ContainsSubstring;
   const xt::xtensor<float, 3> x = xt::zeros<float>({L, N, E});
   const xt::xtensor<float, 2> w_bad = xt::zeros<float>({3 * E, E + 1});
-  CHECK_MHA_ERROR(mha::split_packed(w_bad, std::optional<xt::xtensor<float, 1>>{}),
+  CHECK_MHA_ERROR(mha::textbook::split_packed(w_bad, std::optional<xt::xtensor<float, 1>>{}),
                   ContainsSubstring("in_proj_weight:") && ContainsSubstring("(27, 9)"));
-  CHECK_MHA_ERROR(mha::in_projection_packed(x, x, x, xt::xtensor<float, 2>(xt::zeros<float>({2 * E, E})),
-                                            std::optional<xt::xtensor<float, 1>>{}),
+  CHECK_MHA_ERROR(mha::textbook::in_projection_packed(x, x, x, xt::xtensor<float, 2>(xt::zeros<float>({2 * E, E})),
+                                                      std::optional<xt::xtensor<float, 1>>{}),
                   ContainsSubstring("in_proj_weight:") && ContainsSubstring("(24, 8)"));
   const xt::xtensor<float, 2> w = xt::zeros<float>({E, E});
-  CHECK_MHA_ERROR(mha::linear(xt::xtensor<float, 3>(xt::zeros<float>({L, N, E + 1})), w), ContainsSubstring("input:"));
+  CHECK_MHA_ERROR(mha::textbook::linear(xt::xtensor<float, 3>(xt::zeros<float>({L, N, E + 1})), w),
+                  ContainsSubstring("input:"));
   mha::SeparateProjections<float> p{w, w, xt::zeros<float>({E, E + 3}), {}, {}, {}};
-  CHECK_MHA_ERROR(mha::in_projection(x, x, x, p), ContainsSubstring("v_proj_weight:") && ContainsSubstring("(8, 11)"));
+  CHECK_MHA_ERROR(mha::textbook::in_projection(x, x, x, p),
+                  ContainsSubstring("v_proj_weight:") && ContainsSubstring("(8, 11)"));
 }
 
 TEST_CASE("linear with no input features gives the bias on every row, as PyTorch's", "[in_projection]") {
@@ -175,12 +180,12 @@ TEST_CASE("linear with no input features gives the bias on every row, as PyTorch
   const xt::xtensor<double, 3> x = xt::zeros<double>({std::size_t{3}, std::size_t{2}, std::size_t{0}});
   const xt::xtensor<double, 2> w = xt::zeros<double>({std::size_t{4}, std::size_t{0}});
   const std::optional<xt::xtensor<double, 1>> b = xt::xtensor<double, 1>{0.5, -1.0, 2.0, 3.5};
-  const auto y = mha::linear(x, w, b);
+  const auto y = mha::textbook::linear(x, w, b);
   REQUIRE(mha_test::shape_of(y) == std::vector<std::size_t>{3, 2, 4});
   for (std::size_t i = 0; i < 3; ++i)
     for (std::size_t n = 0; n < 2; ++n)
       for (std::size_t o = 0; o < 4; ++o) CHECK(y(i, n, o) == (*b)(o));
-  const auto y0 = mha::linear(x, w);  // no bias: zeros
+  const auto y0 = mha::textbook::linear(x, w);  // no bias: zeros
   CHECK(xt::all(xt::equal(y0, 0.0)));
 }
 
@@ -189,11 +194,12 @@ TEST_CASE("the in-projection helpers reject blocks and biases of the wrong size"
   constexpr std::size_t E = 4;
   const xt::xtensor<double, 2> w = xt::zeros<double>({3 * E, E});
   const std::optional<xt::xtensor<double, 1>> short_bias = xt::xtensor<double, 1>(xt::zeros<double>({2 * E}));
-  CHECK_MHA_ERROR(mha::weight_block(w, 3), ContainsSubstring("block"));
-  CHECK_MHA_ERROR(mha::weight_block(xt::xtensor<double, 2>(xt::zeros<double>({2 * E, E})), 2),
+  CHECK_MHA_ERROR(mha::textbook::weight_block(w, 3), ContainsSubstring("block"));
+  CHECK_MHA_ERROR(mha::textbook::weight_block(xt::xtensor<double, 2>(xt::zeros<double>({2 * E, E})), 2),
                   ContainsSubstring("in_proj_weight") && ContainsSubstring("(12, 4)"));
-  CHECK_MHA_ERROR(mha::bias_block(short_bias, 2, E), ContainsSubstring("in_proj_bias") && ContainsSubstring("(12,)"));
+  CHECK_MHA_ERROR(mha::textbook::bias_block(short_bias, 2, E),
+                  ContainsSubstring("in_proj_bias") && ContainsSubstring("(12,)"));
   const xt::xtensor<double, 3> x = xt::zeros<double>({std::size_t{2}, std::size_t{1}, E});
-  CHECK_MHA_ERROR(mha::in_projection_packed(x, x, x, w, short_bias),
+  CHECK_MHA_ERROR(mha::textbook::in_projection_packed(x, x, x, w, short_bias),
                   ContainsSubstring("in_proj_bias") && ContainsSubstring("(8,)"));
 }

@@ -1,4 +1,4 @@
-// :inputs — step 1 of forward (shapes and layouts) and step 10 (the caller's layout, the
+// textbook/inputs.hpp — step 1 of forward (shapes and layouts) and step 10 (the caller's layout, the
 // weights per head or averaged).
 #include "support.hpp"
 
@@ -21,16 +21,17 @@ TEST_CASE("forward rejects inputs of the wrong rank or size", "[errors][forward]
 }
 
 TEST_CASE("seq_first_layout reads every layout as (len, N, width) rows", "[inputs]") {
-  const auto seq_first = mha::seq_first_layout(zeros({L, N, E}), /*batch_first=*/false);
+  const auto seq_first = mha::textbook::seq_first_layout(zeros({L, N, E}), /*batch_first=*/false);
   CHECK((seq_first.len == L && seq_first.N == N && seq_first.width == E && !seq_first.batch_major));
-  const auto batch_first = mha::seq_first_layout(zeros({N, L, E}), /*batch_first=*/true);
+  const auto batch_first = mha::textbook::seq_first_layout(zeros({N, L, E}), /*batch_first=*/true);
   CHECK((batch_first.len == L && batch_first.N == N && batch_first.batch_major));
   // Position i of batch entry n: row i*N + n sequence-first, row n*L + i batch-first.
   CHECK(seq_first.row(2, 1) == 2 * N + 1);
   CHECK(batch_first.row(2, 1) == 1 * L + 2);
-  const auto unbatched = mha::seq_first_layout(zeros({L, E}), /*batch_first=*/true);  // (L, E) -> (L, 1, E)
+  const auto unbatched = mha::textbook::seq_first_layout(zeros({L, E}), /*batch_first=*/true);  // (L, E) -> (L, 1, E)
   CHECK((unbatched.len == L && unbatched.N == 1 && !unbatched.batch_major));
-  CHECK_MHA_ERROR(mha::seq_first_layout(zeros({E}), false), ContainsSubstring("input:") && ContainsSubstring("1-D"));
+  CHECK_MHA_ERROR(mha::textbook::seq_first_layout(zeros({E}), false),
+                  ContainsSubstring("input:") && ContainsSubstring("1-D"));
 }
 
 TEST_CASE("to_seq_first_batched transposes batch_first and caller_layout undoes it", "[inputs]") {
@@ -38,25 +39,29 @@ TEST_CASE("to_seq_first_batched transposes batch_first and caller_layout undoes 
   xt::xarray<double> x = xt::zeros<double>({std::size_t{2}, std::size_t{3}, std::size_t{1}});
   for (std::size_t n = 0; n < 2; ++n)
     for (std::size_t i = 0; i < 3; ++i) x(n, i, 0) = 10.0 * double(n) + double(i);
-  const auto seq = mha::to_seq_first_batched(x, /*batch_first=*/true);  // (3, 2, 1)
+  const auto seq = mha::textbook::to_seq_first_batched(x, /*batch_first=*/true);  // (3, 2, 1)
   REQUIRE(mha_test::shape_of(seq) == std::vector<std::size_t>{3, 2, 1});
   CHECK(seq(2, 1, 0) == 12.0);
   CHECK(seq(1, 0, 0) == 1.0);
-  CHECK(mha_test::same(mha::caller_layout(seq, /*batched=*/true, /*batch_first=*/true), x));
-  const auto unbatched = mha::caller_layout(seq, /*batched=*/false, false);  // batch entry 0 only
-  const xt::xtensor<double, 2> expected{{0.0}, {1.0}, {2.0}};                // (L, E): batch entry 0
+  CHECK(mha_test::same(mha::textbook::caller_layout(seq, /*batched=*/true, /*batch_first=*/true), x));
+  const auto unbatched = mha::textbook::caller_layout(seq, /*batched=*/false, false);  // batch entry 0 only
+  const xt::xtensor<double, 2> expected{{0.0}, {1.0}, {2.0}};                          // (L, E): batch entry 0
   CHECK(mha_test::same(unbatched, expected));
 }
 
 TEST_CASE("attn_output_weights are per head or their mean, without N unbatched", "[inputs]") {
-  CHECK(mha::weights_shape(2, 3, 4, 5, /*average=*/false, /*batched=*/true) == std::vector<std::size_t>{2, 3, 4, 5});
-  CHECK(mha::weights_shape(2, 3, 4, 5, /*average=*/true, /*batched=*/true) == std::vector<std::size_t>{2, 4, 5});
-  CHECK(mha::weights_shape(1, 3, 4, 5, /*average=*/true, /*batched=*/false) == std::vector<std::size_t>{4, 5});
-  CHECK(mha::weights_shape(1, 3, 4, 5, /*average=*/false, /*batched=*/false) == std::vector<std::size_t>{3, 4, 5});
+  CHECK(mha::textbook::weights_shape(2, 3, 4, 5, /*average=*/false, /*batched=*/true) ==
+        std::vector<std::size_t>{2, 3, 4, 5});
+  CHECK(mha::textbook::weights_shape(2, 3, 4, 5, /*average=*/true, /*batched=*/true) ==
+        std::vector<std::size_t>{2, 4, 5});
+  CHECK(mha::textbook::weights_shape(1, 3, 4, 5, /*average=*/true, /*batched=*/false) ==
+        std::vector<std::size_t>{4, 5});
+  CHECK(mha::textbook::weights_shape(1, 3, 4, 5, /*average=*/false, /*batched=*/false) ==
+        std::vector<std::size_t>{3, 4, 5});
   // N = 1, H = 2, L = 1, S = 2: heads [0.25, 0.75] and [0.75, 0.25]; their mean is [0.5, 0.5].
   const std::vector<double> w{0.25, 0.75, 0.75, 0.25};
-  CHECK(mha_test::same(mha::output_weights(w.data(), 1, 2, 1, 2, /*average=*/true, /*batched=*/true),
+  CHECK(mha_test::same(mha::textbook::output_weights(w.data(), 1, 2, 1, 2, /*average=*/true, /*batched=*/true),
                        xt::xarray<double>{{{0.5, 0.5}}}));
-  CHECK(mha_test::same(mha::output_weights(w.data(), 1, 2, 1, 2, /*average=*/false, /*batched=*/false),
+  CHECK(mha_test::same(mha::textbook::output_weights(w.data(), 1, 2, 1, 2, /*average=*/false, /*batched=*/false),
                        xt::xarray<double>{{{0.25, 0.75}}, {{0.75, 0.25}}}));
 }

@@ -1,4 +1,4 @@
-// :masks — bool and float masks, step 2 of forward (prepare_masks), padding and merging.
+// textbook/masks.hpp — bool and float masks, step 2 of forward (prepare_masks), padding and merging.
 #include "support.hpp"
 
 using Catch::Matchers::ContainsSubstring;
@@ -43,19 +43,19 @@ TEST_CASE("merge_masks rejects an attn_mask that does not match key_padding_mask
   constexpr std::size_t N = 2, H = 2, L = 3, S = 4;
   const std::optional<xt::xtensor<double, 2>> padding = xt::xtensor<double, 2>(xt::zeros<double>({N, S}));
   const std::optional<xt::xtensor<double, 3>> good = xt::xtensor<double, 3>(xt::zeros<double>({N * H, L, S}));
-  CHECK(mha::merge_masks(good, padding, H, L)->shape(0) == N * H);
+  CHECK(mha::textbook::merge_masks(good, padding, H, L)->shape(0) == N * H);
   const std::optional<xt::xtensor<double, 3>> wrong = xt::xtensor<double, 3>(xt::zeros<double>({N, L, S}));
-  CHECK_MHA_ERROR(mha::merge_masks(wrong, padding, H, L),
+  CHECK_MHA_ERROR(mha::textbook::merge_masks(wrong, padding, H, L),
                   ContainsSubstring("attn_mask") && ContainsSubstring("(2, 3, 4)"));
-  CHECK_MHA_ERROR(mha::merge_masks(good, padding, 0, L), ContainsSubstring("num_heads"));
+  CHECK_MHA_ERROR(mha::textbook::merge_masks(good, padding, 0, L), ContainsSubstring("num_heads"));
 }
 
 TEST_CASE("prepare_masks: bool True becomes -inf, shapes become (1 or B, L, S) and (N, S)", "[masks]") {
   const double inf = std::numeric_limits<double>::infinity();
   const xt::xarray<bool> attn{{false, true}, {false, false}};  // (L=2, S=2)
   const xt::xarray<bool> padding{true, false};                 // unbatched (S=2)
-  const auto masks = mha::prepare_masks<double>(attn, padding, /*is_causal=*/false, /*need_weights=*/true,
-                                                /*batched=*/false, 2, 1, 2, 2);
+  const auto masks = mha::textbook::prepare_masks<double>(attn, padding, /*is_causal=*/false, /*need_weights=*/true,
+                                                          /*batched=*/false, 2, 1, 2, 2);
   REQUIRE(masks.attn_mask.has_value());
   CHECK(mha_test::same(*masks.attn_mask, xt::xarray<double>{{{0.0, -inf}, {0.0, 0.0}}}));  // (1, L, S)
   REQUIRE(masks.key_padding_mask.has_value());
@@ -65,21 +65,23 @@ TEST_CASE("prepare_masks: bool True becomes -inf, shapes become (1 or B, L, S) a
 
 TEST_CASE("prepare_masks takes is_causal at its word only without key_padding_mask and weights", "[masks]") {
   const xt::xarray<bool> any{{false, false}, {false, false}};  // not causal: the hint replaces it
-  auto hinted = mha::prepare_masks<double>(any, std::nullopt, true, /*need_weights=*/false, true, 2, 1, 2, 2);
+  auto hinted = mha::textbook::prepare_masks<double>(any, std::nullopt, true, /*need_weights=*/false, true, 2, 1, 2, 2);
   CHECK(hinted.causal_hint);
   CHECK_FALSE(hinted.attn_mask.has_value());
-  auto with_weights = mha::prepare_masks<double>(any, std::nullopt, true, /*need_weights=*/true, true, 2, 1, 2, 2);
+  auto with_weights =
+      mha::textbook::prepare_masks<double>(any, std::nullopt, true, /*need_weights=*/true, true, 2, 1, 2, 2);
   CHECK_FALSE(with_weights.causal_hint);
   CHECK(with_weights.attn_mask.has_value());
 }
 
 TEST_CASE("the causal mask hides the keys after the query, and pad_for_extra_key adds an open key", "[masks]") {
   const double inf = std::numeric_limits<double>::infinity();
-  CHECK(mha_test::same(mha::causal_attn_mask<double>(2, 3), xt::xarray<double>{{{0, -inf, -inf}, {0, 0, -inf}}}));
-  mha::PreparedMasks<double> masks;
-  masks.attn_mask = mha::causal_attn_mask<double>(2, 2);         // (1, 2, 2)
-  masks.key_padding_mask = xt::xtensor<double, 2>{{-inf, 0.0}};  // (1, 2)
-  masks.pad_for_extra_key();                                     // bias_k: one more key, open
+  CHECK(mha_test::same(mha::textbook::causal_attn_mask<double>(2, 3),
+                       xt::xarray<double>{{{0, -inf, -inf}, {0, 0, -inf}}}));
+  mha::textbook::PreparedMasks<double> masks;
+  masks.attn_mask = mha::textbook::causal_attn_mask<double>(2, 2);  // (1, 2, 2)
+  masks.key_padding_mask = xt::xtensor<double, 2>{{-inf, 0.0}};     // (1, 2)
+  masks.pad_for_extra_key();                                        // bias_k: one more key, open
   CHECK(mha_test::same(*masks.attn_mask, xt::xarray<double>{{{0, -inf, 0}, {0, 0, 0}}}));
   CHECK(mha_test::same(*masks.key_padding_mask, xt::xarray<double>{{-inf, 0.0, 0.0}}));
 }

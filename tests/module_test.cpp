@@ -1,4 +1,4 @@
-// :multihead_attention, the module's own behaviour beyond the goldens: training mode and
+// api/multihead_attention.hpp, the module's own behaviour beyond the goldens: training mode and
 // dropout, the is_causal hint, and the shapes forward returns for every layout.
 #include "support.hpp"
 
@@ -122,7 +122,7 @@ TEST_CASE("is_causal with need_weights=false uses the causal mask, as PyTorch's 
   m.eval();
   const auto x = random_input({L, N, E}, 12);
   mha::ForwardOptions<double> with_mask;
-  with_mask.attn_mask = xt::xarray<bool>(mha::causal_mask(L, L));
+  with_mask.attn_mask = xt::xarray<bool>(mha::textbook::causal_mask(L, L));
   mha::ForwardOptions<double> hinted = with_mask;
   hinted.is_causal = true;
   hinted.need_weights = false;
@@ -130,7 +130,7 @@ TEST_CASE("is_causal with need_weights=false uses the causal mask, as PyTorch's 
   mha_test::require_close<double>("attn_output", b.attn_output, a.attn_output, 1e-12, 1e-12);
   // The float form of the same mask gives the same result.
   mha::ForwardOptions<double> float_mask;
-  float_mask.attn_mask = xt::xarray<double>(mha::generate_square_subsequent_mask<double>(L));
+  float_mask.attn_mask = xt::xarray<double>(mha::textbook::generate_square_subsequent_mask<double>(L));
   mha_test::require_close<double>("attn_output", m.forward(x, x, x, float_mask).attn_output, a.attn_output, 0, 0);
 }
 
@@ -162,7 +162,7 @@ TEST_CASE("a float key_padding_mask is added, as PyTorch 2.x merges masks", "[mo
   padding(0, S - 1) = padding(2, 0) = true;
   mha::ForwardOptions<double> as_bool, as_float, shifted;
   as_bool.key_padding_mask = padding;
-  as_float.key_padding_mask = xt::xarray<double>(mha::canonical_mask<double>(padding));
+  as_float.key_padding_mask = xt::xarray<double>(mha::textbook::canonical_mask<double>(padding));
   const auto a = m.forward(q, kv, kv, as_bool), b = m.forward(q, kv, kv, as_float);
   mha_test::require_close<double>("attn_output", b.attn_output, a.attn_output, 0, 0);
   xt::xarray<double> bias = xt::zeros<double>({N, S});

@@ -1,4 +1,4 @@
-// :npy — reading and writing NumPy .npy files, and what a malformed one gives.
+// io/npy.hpp — reading and writing NumPy .npy files, and what a malformed one gives.
 #include "support.hpp"
 
 #include <fstream>

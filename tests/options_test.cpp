@@ -1,4 +1,4 @@
-// :options — the constructor's checks and which path a forward takes.
+// textbook/options.hpp — the constructor's checks and which path a forward takes.
 #include "support.hpp"
 
 using Catch::Matchers::ContainsSubstring;
@@ -32,7 +32,8 @@ TEST_CASE("automatic picks fast with weights, memory_efficient for large scores 
   REQUIRE(m.resolved_attention_path(/*need_weights=*/true, 8192, 8192) == AttentionPath::fast);
   REQUIRE(m.resolved_attention_path(/*need_weights=*/false, 8192, 8192) == AttentionPath::memory_efficient);
   REQUIRE(m.resolved_attention_path(/*need_weights=*/false, 128, 128) == AttentionPath::fast);
-  REQUIRE(mha::resolve_attention_path(AttentionPath::reference, false, 8192, 8192) == AttentionPath::reference);
+  m.set_attention_path(AttentionPath::reference);  // a path chosen is kept, whatever the sizes
+  REQUIRE(m.resolved_attention_path(/*need_weights=*/false, 8192, 8192) == AttentionPath::reference);
   m.set_attention_path(AttentionPath::memory_efficient);
   REQUIRE_THROWS_WITH(m.resolved_attention_path(/*need_weights=*/true, 4, 4),
                       Catch::Matchers::StartsWith("need_weights:"));

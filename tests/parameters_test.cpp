@@ -1,4 +1,4 @@
-// :parameters — the parameters by state_dict name and shape, and PyTorch's initialisation.
+// textbook/parameters.hpp — the parameters by state_dict name and shape, and PyTorch's initialisation.
 #include "support.hpp"
 
 using Catch::Matchers::ContainsSubstring;
@@ -90,7 +90,7 @@ TEST_CASE("weights versions are one sequence across the library and every transl
   // and in another test unit: one counter, so each new one is larger than all before.
   mha::MultiheadAttention<double> m(mha::Options{.embed_dim = 4, .num_heads = 2});
   const std::uint64_t library = m.weights_version();
-  const std::uint64_t here = mha::Parameters<double>(m.options()).version;
+  const std::uint64_t here = mha::textbook::Parameters<double>(m.options()).version();
   const std::uint64_t elsewhere = weights_version_made_in_another_unit();
   m.set_parameter("out_proj.bias", xt::xarray<double>{1.0, 2.0, 3.0, 4.0});
   const std::uint64_t library_again = m.weights_version();
@@ -99,13 +99,25 @@ TEST_CASE("weights versions are one sequence across the library and every transl
   CHECK(elsewhere < library_again);
 }
 
+// What the engine's cache of W^T is keyed by can be read from outside, never written: only
+// set(), reset() and repacked() give a new version. Both sides asserted: reading compiles,
+// writing does not (a requires-expression on a template parameter is false, not an error).
+template <class P>
+concept version_readable = requires(const P& p) {
+  { p.version() } -> std::same_as<std::uint64_t>;
+};
+template <class P>
+concept version_writable = requires(P& p) { p.version_ = 1; } || requires(P& p) { p.version = 1; };
+static_assert(version_readable<mha::textbook::Parameters<float>>);
+static_assert(!version_writable<mha::textbook::Parameters<float>>);
+
 TEST_CASE("a change of the weights is a new version, and a copy keeps the version of its equal weights",
           "[parameters]") {
-  mha::Parameters<float> p(options());
-  const auto first = p.version;
-  const mha::Parameters<float> copy = p;
-  CHECK(copy.version == first);
+  mha::textbook::Parameters<float> p(options());
+  const auto first = p.version();
+  const mha::textbook::Parameters<float> copy = p;
+  CHECK(copy.version() == first);
   p.set("out_proj.bias", zeros({E}));
-  CHECK(p.version != first);
-  CHECK(p.repacked(/*to_packed=*/false).version != p.version);
+  CHECK(p.version() != first);
+  CHECK(p.repacked(/*to_packed=*/false).version() != p.version());
 }

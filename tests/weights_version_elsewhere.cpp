@@ -3,5 +3,5 @@
 #include "support.hpp"
 
 std::uint64_t weights_version_made_in_another_unit() {
-  return mha::Parameters<double>(mha::Options{.embed_dim = 4, .num_heads = 2}).version;
+  return mha::textbook::Parameters<double>(mha::Options{.embed_dim = 4, .num_heads = 2}).version();
 }

@@ -64,14 +64,15 @@ int main(int argc, char** argv) try {
   print_packed(w);
 
   tutorial::step(3, "split into W_q, W_k, W_v: three (E, E) blocks of rows");
-  const auto p = mha::split_packed(w, std::optional<xt::xtensor<double, 1>>(module.parameter("in_proj_bias")));
+  const auto p =
+      mha::textbook::split_packed(w, std::optional<xt::xtensor<double, 1>>(module.parameter("in_proj_bias")));
   tutorial::values("W_q = rows [0, E)", p.w_q);
   tutorial::values("W_k = rows [E, 2E)", p.w_k);
   tutorial::values("W_v = rows [2E, 3E)", p.w_v);
   fmt::print("  W_k(0, 0) = {:.3f}: row 4 of in_proj_weight, so K starts at row E.\n", p.w_k(0, 0));
 
   tutorial::step(4, "pack them back and compare");
-  const auto packed = mha::pack(p);
+  const auto packed = mha::textbook::pack(p);
   tutorial::shape("pack(W_q, W_k, W_v)", packed.in_proj_weight);
   tutorial::Verdict verdict;
   verdict.equal("pack(split(W)) == W", packed.in_proj_weight, w);
@@ -108,17 +109,18 @@ int main(int argc, char** argv) try {
   const std::size_t Ec = W.shape(1);
   tutorial::shape("in_proj_weight", W);
   tutorial::shape("in_proj_bias", b);
-  const auto s = mha::split_packed(W, std::optional(b));
+  const auto s = mha::textbook::split_packed(W, std::optional(b));
   const char* names[] = {"W_q", "W_k", "W_v"};
   const xt::xtensor<float, 2>* blocks[] = {&s.w_q, &s.w_k, &s.w_v};
   for (std::size_t i = 0; i < 3; ++i)
     verdict.equal(fmt::format("{} == in_proj_weight[{}:{}]", names[i], i * Ec, (i + 1) * Ec), *blocks[i],
                   xt::view(W, xt::range(i * Ec, (i + 1) * Ec), xt::all()));
-  verdict.equal("pack(split(in_proj_weight)) == in_proj_weight", mha::pack(s).in_proj_weight, W);
+  verdict.equal("pack(split(in_proj_weight)) == in_proj_weight", mha::textbook::pack(s).in_proj_weight, W);
 
   tutorial::step(7, "and PyTorch agrees that the first block is Q");
-  const xt::xtensor<float, 3> x = mha::to_seq_first_batched(c.query, c.info.options.batch_first);  // (L, N, E)
-  const auto q = mha::linear(x, s.w_q, s.b_q);  // (L, N, E) x (E, E)^T -> (L, N, E)
+  const xt::xtensor<float, 3> x =
+      mha::textbook::to_seq_first_batched(c.query, c.info.options.batch_first);  // (L, N, E)
+  const auto q = mha::textbook::linear(x, s.w_q, s.b_q);                         // (L, N, E) x (E, E)^T -> (L, N, E)
   tutorial::shape("query W_q^T + b_q", q);
   verdict.tolerance(c);
   verdict.matches("query W_q^T + b_q vs PyTorch's q", q, c.expected.at("q"));

@@ -44,11 +44,11 @@ template <class T>
 int run(const std::string& case_name) {
   const auto c = tutorial::load<T>(case_name);
   const bool bf = c.info.options.batch_first;
-  const xt::xtensor<T, 3> query = mha::to_seq_first_batched(c.query, bf);  // (L, N, E)
-  const xt::xtensor<T, 3> key = mha::to_seq_first_batched(c.key, bf);      // (S, N, E)
-  const xt::xtensor<T, 3> value = mha::to_seq_first_batched(c.value, bf);  // (S, N, E)
-  const xt::xtensor<T, 2> W = tutorial::parameter(c, "in_proj_weight");    // (3E, E)
-  const bool has_bias = c.parameters.contains("in_proj_bias");             // bias=False: none
+  const xt::xtensor<T, 3> query = mha::textbook::to_seq_first_batched(c.query, bf);  // (L, N, E)
+  const xt::xtensor<T, 3> key = mha::textbook::to_seq_first_batched(c.key, bf);      // (S, N, E)
+  const xt::xtensor<T, 3> value = mha::textbook::to_seq_first_batched(c.value, bf);  // (S, N, E)
+  const xt::xtensor<T, 2> W = tutorial::parameter(c, "in_proj_weight");              // (3E, E)
+  const bool has_bias = c.parameters.contains("in_proj_bias");                       // bias=False: none
   const xt::xtensor<T, 1> b = has_bias ? xt::xtensor<T, 1>(c.parameters.at("in_proj_bias"))
                                        : xt::xtensor<T, 1>(xt::zeros<T>({W.shape(0)}));  // (3E)
 
@@ -101,8 +101,8 @@ int run(const std::string& case_name) {
   }
 
   tutorial::step(5, "check against PyTorch");
-  verdict.matches("mha::in_projection_packed vs PyTorch's q",
-                  mha::in_projection_packed(query, key, value, W, std::optional(b)).q, c.expected.at("q"));
+  verdict.matches("mha::textbook::in_projection_packed vs PyTorch's q",
+                  mha::textbook::in_projection_packed(query, key, value, W, std::optional(b)).q, c.expected.at("q"));
   return verdict.finish();
 }
 

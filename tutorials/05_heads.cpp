@@ -8,7 +8,7 @@
 //   out     = weights v                   -> (N*H, L, D)
 //   heads side by side, then out_proj     -> (L, N, E)
 // Each step below prints its shape; the scores, softmax and product are written out, and
-// compared with mha::scaled_dot_product_attention; the end result with PyTorch's.
+// compared with mha::textbook::scaled_dot_product_attention; the end result with PyTorch's.
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
 // D = head_dim, B = N*H.
@@ -62,9 +62,9 @@ int run(const std::string& case_name, std::size_t H) {
   tutorial::shape("v (S, N, E)", v);
 
   tutorial::step(2, "split heads: view (L, N*H, D), transpose(0, 1)");
-  const auto qh = mha::split_heads(q, H);  // (N*H, L, D)
-  const auto kh = mha::split_heads(k, H);  // (N*H, S, D)
-  const auto vh = mha::split_heads(v, H);  // (N*H, S, D)
+  const auto qh = mha::textbook::split_heads(q, H);  // (N*H, L, D)
+  const auto kh = mha::textbook::split_heads(k, H);  // (N*H, S, D)
+  const auto vh = mha::textbook::split_heads(v, H);  // (N*H, S, D)
   tutorial::shape("q.view(L, N*H, D)", {L, N * H, D});
   tutorial::shape("qh = .transpose(0, 1) (N*H, L, D)", qh);
   tutorial::shape("kh, vh (N*H, S, D)", kh);
@@ -82,14 +82,14 @@ int run(const std::string& case_name, std::size_t H) {
   tutorial::values("scores[0]", xt::view(scores, 0), 4, 8);
 
   tutorial::step(4, "add the mask: attn_mask + key_padding_mask, bool True -> -inf");
-  // Step 2 of forward() (mha::prepare_masks), then the merge of step 7.
-  const auto masks = mha::prepare_masks(c.forward.attn_mask, c.forward.key_padding_mask, c.forward.is_causal,
-                                        c.forward.need_weights, /*batched=*/true, L, N, S, H);
+  // Step 2 of forward() (mha::textbook::prepare_masks), then the merge of step 7.
+  const auto masks = mha::textbook::prepare_masks(c.forward.attn_mask, c.forward.key_padding_mask, c.forward.is_causal,
+                                                  c.forward.need_weights, /*batched=*/true, L, N, S, H);
   // With the is_causal hint and need_weights=False the module takes attn_mask at its word
   // and builds the causal mask itself (forward(), step 7): j > i is masked.
-  const auto mask = masks.causal_hint
-                        ? std::optional(mha::causal_attn_mask<T>(L, S))                     // (1, L, S)
-                        : mha::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or N*H, L, S)
+  const auto mask = masks.causal_hint ? std::optional(mha::textbook::causal_attn_mask<T>(L, S))  // (1, L, S)
+                                      : mha::textbook::merge_masks(masks.attn_mask, masks.key_padding_mask, H,
+                                                                   L);  // (1 or N*H, L, S)
   if (masks.causal_hint)
     fmt::print(
         "  is_causal=True, need_weights=False: the causal mask (key j > query i masked)\n"
@@ -103,29 +103,30 @@ int run(const std::string& case_name, std::size_t H) {
 
   tutorial::step(5, "softmax over the keys");
   auto weights = scores;
-  mha::softmax_last_dim(weights);  // (N*H, L, S)
+  mha::textbook::softmax_last_dim(weights);  // (N*H, L, S)
   tutorial::values("weights[0] (rows sum to 1)", xt::view(weights, 0), 4, 8);
 
-  tutorial::step(6, "weights v, and the same through mha::scaled_dot_product_attention");
+  tutorial::step(6, "weights v, and the same through mha::textbook::scaled_dot_product_attention");
   const auto heads_out = weights_times_v(weights, vh);  // (N*H, L, S) x (N*H, S, D) -> (N*H, L, D)
   tutorial::shape("weights v (N*H, L, D)", heads_out);
   mha::Generator no_dropout;  // dropout_p = 0: nothing is drawn from it
-  const auto sdpa = mha::scaled_dot_product_attention(qh, kh, vh, mask, /*dropout_p=*/0.0, no_dropout);
-  verdict.matches("weights vs mha::scaled_dot_product_attention", weights, sdpa.weights);
-  verdict.matches("weights v vs mha::scaled_dot_product_attention", heads_out, sdpa.output);
+  const auto sdpa = mha::textbook::scaled_dot_product_attention(qh, kh, vh, mask, /*dropout_p=*/0.0, no_dropout);
+  verdict.matches("weights vs mha::textbook::scaled_dot_product_attention", weights, sdpa.weights);
+  verdict.matches("weights v vs mha::textbook::scaled_dot_product_attention", heads_out, sdpa.output);
 
   tutorial::step(7, "concatenate the heads, then out_proj");
-  const auto merged = mha::merge_heads(heads_out, H);  // (N*H, L, D) -> (L, N, E)
+  const auto merged = mha::textbook::merge_heads(heads_out, H);  // (N*H, L, D) -> (L, N, E)
   tutorial::shape("merged (L, N, E)", merged);
   const xt::xtensor<T, 2> w_out = module.parameter("out_proj.weight");  // (E, E)
   std::optional<xt::xtensor<T, 1>> b_out;
-  if (o.bias) b_out = module.parameter("out_proj.bias");  // (E)
-  const auto out = mha::linear(merged, w_out, b_out);     // (L, N, E) x (E, E)^T -> (L, N, E)
+  if (o.bias) b_out = module.parameter("out_proj.bias");         // (E)
+  const auto out = mha::textbook::linear(merged, w_out, b_out);  // (L, N, E) x (E, E)^T -> (L, N, E)
   tutorial::shape("attn_output = merged W_o^T + b_o", out);
   tutorial::values("attn_output[:, 0, :]", xt::view(out, xt::all(), 0, xt::all()), 2, 8);
 
   tutorial::step(8, "check against PyTorch");
-  const xt::xarray<T> expected = mha::to_seq_first_batched(c.expected.at("attn_output"), o.batch_first);  // (L, N, E)
+  const xt::xarray<T> expected =
+      mha::textbook::to_seq_first_batched(c.expected.at("attn_output"), o.batch_first);  // (L, N, E)
   verdict.matches("attn_output vs PyTorch's", out, expected);
   if (c.expected.contains("attn_output_weights")) {
     const xt::xarray<T> per_head = xt::reshape_view(weights, {N, H, L, S});  // (N, H, L, S)

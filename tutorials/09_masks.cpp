@@ -55,13 +55,14 @@ int main(int argc, char** argv) try {
                   "              keeps it finite.");
 
   tutorial::step(1, "the causal mask: query i sees keys 0..i");
-  grid("causal_mask(L, L), bool", mha::causal_mask(L, L));
-  tutorial::values("generate_square_subsequent_mask(L), float", mha::generate_square_subsequent_mask<float>(L), L, L);
+  grid("causal_mask(L, L), bool", mha::textbook::causal_mask(L, L));
+  tutorial::values("generate_square_subsequent_mask(L), float",
+                   mha::textbook::generate_square_subsequent_mask<float>(L), L, L);
   auto c = tutorial::load<float>("is_causal_self_f32");
   tutorial::Verdict verdict(c);
   const auto& causal = bool_mask_of(c.forward.attn_mask, "attn_mask");  // (L, S), with is_causal=True
-  verdict.equal("causal_mask(L, S) == the case's attn_mask", mha::causal_mask(causal.shape(0), causal.shape(1)),
-                causal);
+  verdict.equal("causal_mask(L, S) == the case's attn_mask",
+                mha::textbook::causal_mask(causal.shape(0), causal.shape(1)), causal);
   run_and_check(verdict, c);
 
   tutorial::step(2, "bool or float: True -> -inf, False -> 0");
@@ -69,7 +70,7 @@ int main(int argc, char** argv) try {
   const xt::xarray<bool> bool_mask = bool_mask_of(c.forward.attn_mask, "attn_mask");  // (L, S)
   grid("attn_mask", bool_mask);
   run_and_check(verdict, c);
-  const xt::xarray<float> float_mask = mha::canonical_mask<float>(bool_mask);  // (L, S)
+  const xt::xarray<float> float_mask = mha::textbook::canonical_mask<float>(bool_mask);  // (L, S)
   tutorial::values("the same mask as float", float_mask, 5, 8);
   c.forward.attn_mask = float_mask;
   auto module = tutorial::reference_module(c);

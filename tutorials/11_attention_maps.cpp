@@ -191,10 +191,10 @@ int main(int argc, char** argv) try {
                           fmt::format("has N = {}: no batch entry {} to draw (--batch)", per_head.shape(0), n));
 
   tutorial::step(2, "which cells are masked: attn_mask + key_padding_mask (tutorial 09)");
-  // Step 2 of forward() (mha::prepare_masks), then the merge of step 7.
-  const auto masks = mha::prepare_masks(c.forward.attn_mask, c.forward.key_padding_mask, c.forward.is_causal,
-                                        c.forward.need_weights, /*batched=*/true, L, per_head.shape(0), S, H);
-  const auto mask = mha::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or N*H, L, S)
+  // Step 2 of forward() (mha::textbook::prepare_masks), then the merge of step 7.
+  const auto masks = mha::textbook::prepare_masks(c.forward.attn_mask, c.forward.key_padding_mask, c.forward.is_causal,
+                                                  c.forward.need_weights, /*batched=*/true, L, per_head.shape(0), S, H);
+  const auto mask = mha::textbook::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or N*H, L, S)
   auto masked = [&](std::size_t h) {  // (L, S): true where head h of batch n may not look
     if (!mask) return xt::xarray<bool>(xt::zeros<bool>({L, S}));
     return xt::xarray<bool>(xt::isinf(xt::view(*mask, mask->shape(0) == 1 ? 0 : n * H + h)));

@@ -69,7 +69,7 @@ int main(int argc, char** argv) try {
   const std::size_t E = static_cast<std::size_t>(info.embed_dim);
   const xt::xtensor<float, 2> in_proj_weight = layer.at("in_proj_weight");                                    // (3E, E)
   const std::optional<xt::xtensor<float, 1>> in_proj_bias = xt::xtensor<float, 1>(layer.at("in_proj_bias"));  // (3E)
-  const auto split = mha::split_packed(in_proj_weight, in_proj_bias);
+  const auto split = mha::textbook::split_packed(in_proj_weight, in_proj_bias);
   fmt::print("  W_q = in_proj_weight rows [0, {}), W_k = rows [{}, {}), W_v = rows [{}, {})\n", E, E, 2 * E, 2 * E,
              3 * E);
   tutorial::shape("W_q (E, E)", split.w_q);

@@ -5,7 +5,7 @@
 // loss = sum(attn_output * grad_attn_output) [+ sum(attn_output_weights * grad_attn_output_weights)]
 // and loss.backward(); the case holds the upstream gradients and every gradient autograd
 // found. The program runs the forward one step at a time (as tutorial 05), then goes back
-// through it with the formulas of mha:gradients, printing each gradient and checking it
+// through it with the formulas of textbook/gradients.hpp, printing each gradient and checking it
 // against PyTorch's. At the end the module's own backward() gives the same, and two
 // classic mistakes do not. docs/17-backward-by-hand.md derives each formula.
 //
@@ -31,10 +31,11 @@ mha::SeparateProjections<T> projections(const mha::Case<T>& c) {
   std::optional<xt::xtensor<T, 1>> bias;  // (3E), or none with bias=False
   if (c.parameters.contains("in_proj_bias")) bias = xt::xtensor<T, 1>(c.parameters.at("in_proj_bias"));
   if (c.parameters.contains("in_proj_weight"))
-    return mha::split_packed(xt::xtensor<T, 2>(c.parameters.at("in_proj_weight")), bias);
+    return mha::textbook::split_packed(xt::xtensor<T, 2>(c.parameters.at("in_proj_weight")), bias);
   const std::size_t E = static_cast<std::size_t>(c.info.options.embed_dim);
-  return {c.parameters.at("q_proj_weight"), c.parameters.at("k_proj_weight"), c.parameters.at("v_proj_weight"),
-          mha::bias_block(bias, 0, E),      mha::bias_block(bias, 1, E),      mha::bias_block(bias, 2, E)};
+  return {c.parameters.at("q_proj_weight"),      c.parameters.at("k_proj_weight"),
+          c.parameters.at("v_proj_weight"),      mha::textbook::bias_block(bias, 0, E),
+          mha::textbook::bias_block(bias, 1, E), mha::textbook::bias_block(bias, 2, E)};
 }
 
 // Gradients by name, in the order the program prints them.
@@ -48,7 +49,7 @@ template <class T>
 Named<T> weight_gradients(const mha::SeparateProjections<T>& d, bool packed) {
   Named<T> out;
   if (packed) {
-    const auto p = mha::pack(d);
+    const auto p = mha::textbook::pack(d);
     out.emplace_back("in_proj_weight", p.in_proj_weight);
     if (p.in_proj_bias) out.emplace_back("in_proj_bias", *p.in_proj_bias);
     return out;
@@ -62,18 +63,18 @@ Named<T> weight_gradients(const mha::SeparateProjections<T>& d, bool packed) {
 // One gradient per input object, query first, in the caller's layout, as x.grad: an input
 // used as query and key (and value) gets the sum of the gradients of its uses.
 template <class T>
-Named<T> input_gradients(const mha::Case<T>& c, const mha::InProjectionGradients<T>& in) {
+Named<T> input_gradients(const mha::Case<T>& c, const mha::textbook::InProjectionGradients<T>& in) {
   const bool batched = c.query.dimension() == 3, bf = c.info.options.batch_first;
   const bool self = c.info.query_is_key && c.info.key_is_value;
   xt::xtensor<T, 3> query = in.query;  // (L, N, E)
   if (self) query += *in.key + *in.value;
   Named<T> out;
-  out.emplace_back("query", mha::caller_layout(query, batched, bf));
+  out.emplace_back("query", mha::textbook::caller_layout(query, batched, bf));
   if (self) return out;
   xt::xtensor<T, 3> key = *in.key;  // (S, N, Ek)
   if (c.info.key_is_value) key += *in.value;
-  out.emplace_back("key", mha::caller_layout(key, batched, bf));
-  if (!c.info.key_is_value) out.emplace_back("value", mha::caller_layout(*in.value, batched, bf));
+  out.emplace_back("key", mha::textbook::caller_layout(key, batched, bf));
+  if (!c.info.key_is_value) out.emplace_back("value", mha::textbook::caller_layout(*in.value, batched, bf));
   return out;
 }
 
@@ -100,36 +101,37 @@ int run(const std::string& case_name) {
 
   tutorial::step(1,
                  std::string("the forward, one tensor per step") + (batched ? "" : " (unbatched: a batch of N = 1)"));
-  const auto query = mha::to_seq_first_batched(c.query, bf);                              // (L, N, E)
-  const auto key = c.info.query_is_key ? query : mha::to_seq_first_batched(c.key, bf);    // (S, N, Ek)
-  const auto value = c.info.key_is_value ? key : mha::to_seq_first_batched(c.value, bf);  // (S, N, Ev)
+  const auto query = mha::textbook::to_seq_first_batched(c.query, bf);                              // (L, N, E)
+  const auto key = c.info.query_is_key ? query : mha::textbook::to_seq_first_batched(c.key, bf);    // (S, N, Ek)
+  const auto value = c.info.key_is_value ? key : mha::textbook::to_seq_first_batched(c.value, bf);  // (S, N, Ev)
   const std::size_t L = query.shape(0), N = query.shape(1), S = key.shape(0);
   const auto p = projections(c);
   const xt::xtensor<T, 2> out_proj_weight = c.parameters.at("out_proj.weight");  // (E, E)
   std::optional<xt::xtensor<T, 1>> out_proj_bias;                                // (E)
   if (has_bias) out_proj_bias = xt::xtensor<T, 1>(c.parameters.at("out_proj.bias"));
-  auto [q, k, v] = mha::in_projection(query, key, value, p);  // (L, N, E), (S, N, E), (S, N, E)
-  auto masks = mha::prepare_masks(c.forward.attn_mask, c.forward.key_padding_mask, c.forward.is_causal,
-                                  c.forward.need_weights, batched, L, N, S, H);
+  auto [q, k, v] = mha::textbook::in_projection(query, key, value, p);  // (L, N, E), (S, N, E), (S, N, E)
+  auto masks = mha::textbook::prepare_masks(c.forward.attn_mask, c.forward.key_padding_mask, c.forward.is_causal,
+                                            c.forward.need_weights, batched, L, N, S, H);
   if (o.add_bias_kv) {  // one more key and value position, learned, for every batch entry
-    k = mha::append_bias(k, xt::xtensor<T, 3>(c.parameters.at("bias_k")));  // (S+1, N, E)
-    v = mha::append_bias(v, xt::xtensor<T, 3>(c.parameters.at("bias_v")));  // (S+1, N, E)
+    k = mha::textbook::append_bias(k, xt::xtensor<T, 3>(c.parameters.at("bias_k")));  // (S+1, N, E)
+    v = mha::textbook::append_bias(v, xt::xtensor<T, 3>(c.parameters.at("bias_v")));  // (S+1, N, E)
     masks.pad_for_extra_key();
   }
-  const auto qh = mha::split_heads(q, H);                          // (B, L, D)
-  auto kh = mha::split_heads(k, H), vh = mha::split_heads(v, H);   // (B, S', D)
-  if (o.add_zero_attn) {                                           // one more key and value, all zeros
-    kh = mha::append_zero_row(kh), vh = mha::append_zero_row(vh);  // (B, S'+1, D)
+  const auto qh = mha::textbook::split_heads(q, H);                                   // (B, L, D)
+  auto kh = mha::textbook::split_heads(k, H), vh = mha::textbook::split_heads(v, H);  // (B, S', D)
+  if (o.add_zero_attn) {  // one more key and value, all zeros
+    kh = mha::textbook::append_zero_row(kh), vh = mha::textbook::append_zero_row(vh);  // (B, S'+1, D)
     masks.pad_for_extra_key();
   }
   const std::size_t S_total = kh.shape(1);  // S'
   const auto mask = masks.causal_hint
-                        ? std::optional(mha::causal_attn_mask<T>(L, S_total))               // (1, L, S')
-                        : mha::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or B, L, S')
+                        ? std::optional(mha::textbook::causal_attn_mask<T>(L, S_total))               // (1, L, S')
+                        : mha::textbook::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or B, L, S')
   const double dropout_p = c.info.training ? o.dropout : 0.0;  // replayed from PyTorch's mask
-  const auto attention = mha::scaled_dot_product_attention(qh, kh, vh, mask, dropout_p, c.forward.dropout_mask);
-  const auto merged = mha::merge_heads(attention.output, H);                     // (L, N, E)
-  const auto attn_output = mha::linear(merged, out_proj_weight, out_proj_bias);  // (L, N, E)
+  const auto attention =
+      mha::textbook::scaled_dot_product_attention(qh, kh, vh, mask, dropout_p, c.forward.dropout_mask);
+  const auto merged = mha::textbook::merge_heads(attention.output, H);                     // (L, N, E)
+  const auto attn_output = mha::textbook::linear(merged, out_proj_weight, out_proj_bias);  // (L, N, E)
   tutorial::shape("q = query W_q^T + b_q", q);
   tutorial::shape("P = softmax(q k^T / sqrt(D) + mask)", attention.probabilities);
   if (dropout_p > 0) tutorial::shape("P' = P * keep / (1 - p), dropout", attention.weights);
@@ -138,39 +140,40 @@ int run(const std::string& case_name) {
   if (mask) fmt::print("  with a mask: masked scores are -inf, so P is 0 there and passes no gradient\n");
   if (o.add_bias_kv) fmt::print("  + bias_k, bias_v: key and value position S, the same for every batch entry\n");
   if (o.add_zero_attn) fmt::print("  + add_zero_attn: a zero key and value after the head split, constants\n");
-  verdict.matches("attn_output vs PyTorch", mha::caller_layout(attn_output, batched, bf), c.expected.at("attn_output"));
+  verdict.matches("attn_output vs PyTorch", mha::textbook::caller_layout(attn_output, batched, bf),
+                  c.expected.at("attn_output"));
   verdict.tolerance(c.info.backward_rtol, c.info.backward_atol);  // the gradients' own, from the case
 
   tutorial::step(2, "out_proj: dX = dY W_o, dW_o = dY^T X, db_o = sum of dY");
-  const auto d_attn_output = mha::to_seq_first_batched(*c.grad_attn_output, bf);  // dY (L, N, E)
-  const auto out_proj = mha::linear_backward(merged, out_proj_weight, d_attn_output, has_bias);
+  const auto d_attn_output = mha::textbook::to_seq_first_batched(*c.grad_attn_output, bf);  // dY (L, N, E)
+  const auto out_proj = mha::textbook::linear_backward(merged, out_proj_weight, d_attn_output, has_bias);
   tutorial::values("dL/d(out_proj.weight), rows 0-3", xt::view(out_proj.weight, xt::range(0, 4), xt::all()));
   verdict.matches("grad out_proj.weight vs PyTorch", out_proj.weight, grad.at("out_proj.weight"));
   if (has_bias) verdict.matches("grad out_proj.bias vs PyTorch", *out_proj.bias, grad.at("out_proj.bias"));
 
   tutorial::step(3, "heads apart again: dO = split_heads(dX)");
-  const auto d_output = mha::merge_heads_backward(out_proj.input, H);  // (B, L, D)
+  const auto d_output = mha::textbook::merge_heads_backward(out_proj.input, H);  // (B, L, D)
   tutorial::shape("dO", d_output);
 
   tutorial::step(4, dropout_p > 0 ? "O = P' v: dP' = dO v^T, dv = P'^T dO; dropout: dP = dP' * keep / (1 - p)"
                                   : "O = P v: dP = dO v^T, dv = P^T dO");
-  auto weighted = mha::weighted_values_backward(attention.weights, vh, d_output);
+  auto weighted = mha::textbook::weighted_values_backward(attention.weights, vh, d_output);
   if (c.grad_attn_output_weights) {  // the loss used the returned weights too: their gradient adds to dP'
-    weighted.weights +=
-        mha::output_weights_backward(*c.grad_attn_output_weights, N, H, L, S_total, c.info.average_attn_weights);
+    weighted.weights += mha::textbook::output_weights_backward(*c.grad_attn_output_weights, N, H, L, S_total,
+                                                               c.info.average_attn_weights);
     fmt::print("  + the gradient of attn_output_weights, {}\n",
                c.info.average_attn_weights ? "divided by H (the weights were averaged over heads)"
                                            : "head by head (per-head weights)");
   }
   // Dropout multiplied P by the constant keep / (1 - p): a dropped weight passes no gradient.
-  const auto d_probabilities = dropout_p > 0
-                                   ? mha::dropout_backward(weighted.weights, *c.forward.dropout_mask, dropout_p)
-                                   : weighted.weights;  // dP (B, L, S')
+  const auto d_probabilities =
+      dropout_p > 0 ? mha::textbook::dropout_backward(weighted.weights, *c.forward.dropout_mask, dropout_p)
+                    : weighted.weights;  // dP (B, L, S')
   tutorial::shape("dP", d_probabilities);
   tutorial::shape("dv, per head", weighted.values);
 
   tutorial::step(5, "softmax: dZ = P * (dP - rowsum(dP * P))");
-  const auto d_scores = mha::softmax_backward(attention.probabilities, d_probabilities);  // dZ (B, L, S')
+  const auto d_scores = mha::textbook::softmax_backward(attention.probabilities, d_probabilities);  // dZ (B, L, S')
   tutorial::values("dZ, head 0", xt::view(d_scores, 0, xt::all(), xt::all()));
   // Each row of dZ sums to 0, to rounding; a fully masked row is nan (P is) and is left out.
   const xt::xtensor<T, 2> row_sums = xt::sum(d_scores, {2});  // (B, L)
@@ -178,23 +181,23 @@ int run(const std::string& case_name) {
   verdict.holds("every row of dZ sums to 0", xt::all(xt::abs(row_sums) < rounding || xt::isnan(row_sums)));
 
   tutorial::step(6, "scores Z = (q / sqrt(D)) k^T: dq = dZ k / sqrt(D), dk = dZ^T q / sqrt(D)");
-  const auto scores = mha::scores_backward(qh, kh, d_scores);
+  const auto scores = mha::textbook::scores_backward(qh, kh, d_scores);
   xt::xtensor<T, 3> dkh = scores.key, dvh = weighted.values;  // (B, S', D)
   if (o.add_zero_attn)  // the zero key and value are constants: their rows are dropped
-    dkh = mha::append_zero_row_backward(dkh), dvh = mha::append_zero_row_backward(dvh);
-  const auto dq = mha::split_heads_backward(scores.query, H);  // (L, N, E)
-  auto dk = mha::split_heads_backward(dkh, H);                 // (S [+1], N, E)
-  auto dv = mha::split_heads_backward(dvh, H);                 // (S [+1], N, E)
+    dkh = mha::textbook::append_zero_row_backward(dkh), dvh = mha::textbook::append_zero_row_backward(dvh);
+  const auto dq = mha::textbook::split_heads_backward(scores.query, H);  // (L, N, E)
+  auto dk = mha::textbook::split_heads_backward(dkh, H);                 // (S [+1], N, E)
+  auto dv = mha::textbook::split_heads_backward(dvh, H);                 // (S [+1], N, E)
   tutorial::shape("dq, heads side by side", dq);
   if (o.add_bias_kv) {  // position S's gradient, summed over the batch, is bias_k's (bias_v's)
-    const auto bk = mha::append_bias_backward(dk), bv = mha::append_bias_backward(dv);
+    const auto bk = mha::textbook::append_bias_backward(dk), bv = mha::textbook::append_bias_backward(dv);
     dk = bk.input, dv = bv.input;  // (S, N, E)
     verdict.matches("grad bias_k vs PyTorch", bk.bias, grad.at("bias_k"));
     verdict.matches("grad bias_v vs PyTorch", bv.bias, grad.at("bias_v"));
   }
 
   tutorial::step(7, "in-projection: d query = dq W_q, dW_q = dq^T query, and likewise for k and v");
-  const auto in = mha::in_projection_backward(query, key, value, p, dq, dk, dv);  // one gradient per use
+  const auto in = mha::textbook::in_projection_backward(query, key, value, p, dq, dk, dv);  // one gradient per use
   const auto weights = weight_gradients(in.weights, packed);
   const std::string w_name = packed ? "in_proj_weight" : "q_proj_weight";
   tutorial::values("dL/d(" + w_name + "), rows 0-3 (W_q)",
@@ -213,14 +216,14 @@ int run(const std::string& case_name) {
   verdict.matches("backward(): grad query", tutorial::value_of(g.query, "grad query"), grad.at("query"));
   // Autograd gives no gradient of the projected q, only of the query input: the mistake
   // is checked there, as grad query = dq W_q (+ the other uses) from a dq without the scale.
-  const auto dq_unscaled =
-      mha::split_heads_backward(xt::xtensor<T, 3>(scores.query / mha::attention_scale<T>(module.head_dim())), H);
-  const auto in_unscaled = mha::in_projection_backward(query, key, value, p, dq_unscaled, dk, dv);
+  const auto dq_unscaled = mha::textbook::split_heads_backward(
+      xt::xtensor<T, 3>(scores.query / mha::textbook::attention_scale<T>(module.head_dim())), H);
+  const auto in_unscaled = mha::textbook::in_projection_backward(query, key, value, p, dq_unscaled, dk, dv);
   mistake(verdict, "grad query from dq without the 1 / sqrt(D)", input_gradients(c, in_unscaled).front().second,
           grad.at("query"));
   if (packed) {
-    const auto swapped = mha::pack(mha::SeparateProjections<T>{in.weights.w_k, in.weights.w_q, in.weights.w_v,
-                                                               in.weights.b_k, in.weights.b_q, in.weights.b_v});
+    const auto swapped = mha::textbook::pack(mha::SeparateProjections<T>{
+        in.weights.w_k, in.weights.w_q, in.weights.w_v, in.weights.b_k, in.weights.b_q, in.weights.b_v});
     mistake<T>(verdict, "grad in_proj_weight as [dW_k; dW_q; dW_v]", swapped.in_proj_weight, grad.at("in_proj_weight"));
   } else {
     mistake<T>(verdict, "grad q_proj_weight taken from dW_k", in.weights.w_k, grad.at("q_proj_weight"));

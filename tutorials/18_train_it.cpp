@@ -76,7 +76,7 @@ xt::xtensor<T, 3> embed(const Parameters& p, const Tokens& tokens) {
 xt::xtensor<T, 3> readout(const Parameters& p, const xt::xtensor<T, 3>& y) {
   const xt::xtensor<T, 2> weight = p.at("readout.weight");  // (V, E)
   const std::optional<xt::xtensor<T, 1>> bias = xt::xtensor<T, 1>(p.at("readout.bias"));
-  return mha::linear(y, weight, bias);
+  return mha::textbook::linear(y, weight, bias);
 }
 
 // The forward pass, and what its backward needs: the attention's output y (the readout's
@@ -160,8 +160,8 @@ Parameters backward(const Reverser& m, const Pass& pass, const Tokens& tokens, c
                     Mistake mistake) {
   Parameters grad;
   // readout: dy = d_logits W_r, dW_r = d_logits^T y, db_r = sum of d_logits (as out_proj's, tutorial 17)
-  const auto r = mha::linear_backward(pass.y, xt::xtensor<T, 2>(m.parameters.at("readout.weight")), d_logits,
-                                      /*has_bias=*/true);
+  const auto r = mha::textbook::linear_backward(pass.y, xt::xtensor<T, 2>(m.parameters.at("readout.weight")), d_logits,
+                                                /*has_bias=*/true);
   grad["readout.weight"] = r.weight, grad["readout.bias"] = *r.bias;
   // attention: the module's backward of the recorded forward, upstream gradient dy
   const auto g = m.attention.backward(pass.record, r.input);

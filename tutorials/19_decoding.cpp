@@ -81,7 +81,7 @@ int main(int argc, char** argv) try {
   xt::xarray<double> x = xt::zeros<double>({tokens, N, E});  // (T, N, E)
   for (auto& v : x) v = g.uniform(-1, 1);
   mha::ForwardOptions<double> causal;
-  causal.attn_mask = xt::xarray<bool>(mha::causal_mask(tokens, tokens));  // row t sees 0..t
+  causal.attn_mask = xt::xarray<bool>(mha::textbook::causal_mask(tokens, tokens));  // row t sees 0..t
   causal.need_weights = false;
   const xt::xarray<double> full = module.forward(x, x, x, causal).attn_output;  // (T, N, E)
   fmt::print("  the full causal forward over all {} tokens: attn_output {}\n", tokens, mha::shape_string(full.shape()));
@@ -107,8 +107,8 @@ int main(int argc, char** argv) try {
   // The cache is the in-projection of all tokens, split into heads: what one step at a
   // time appended is what a forward over the whole sequence computes.
   const auto qkv = module.in_projection(x, x, x);  // k, v (T, N, E)
-  verdict.matches("static_k == split_heads(k of all tokens)", cache.static_k(), mha::split_heads(qkv.k, H));
-  verdict.matches("static_v == split_heads(v of all tokens)", cache.static_v(), mha::split_heads(qkv.v, H));
+  verdict.matches("static_k == split_heads(k of all tokens)", cache.static_k(), mha::textbook::split_heads(qkv.k, H));
+  verdict.matches("static_v == split_heads(v of all tokens)", cache.static_v(), mha::textbook::split_heads(qkv.v, H));
   fmt::print(
       "  A step projects one token and attends to t + 1 positions: its cost grows linearly\n"
       "  with t. Without the cache every step projects the k and v of all t + 1 positions\n"

@@ -1,4 +1,4 @@
-// mha:functional, the bodies: F.multi_head_attention_forward's checks, then the steps.
+// modules/api/functional.cpp — F.multi_head_attention_forward's checks, then the steps.
 //
 // The definitions of what modules/api/functional.hpp declares, and their instantiations for
 // float and double. The checks come in torch/nn/functional.py's order (PyTorch 1.13.1):
@@ -13,28 +13,6 @@ module;
 module mha;
 
 namespace mha::detail {
-
-template <class T>
-Output<T> attention_steps(Engine<T>& engine, const Options& options, const Parameters<T>& params,
-                          const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
-                          const Geometry& g, PreparedMasks<T> masks, const ForwardOptions<T>& opts,
-                          const StaticKV<T>& statics, AttentionPath path, double dropout_p, Generator& generator,
-                          SavedForward<T>* saved) {
-  const std::size_t S_keys = statics.k ? statics.k.S : g.S;
-  const std::size_t S_total = S_keys + options.add_bias_kv + options.add_zero_attn;  // S'
-  // A record for backward(): the engine's forward keeps it, unless the reference path is
-  // chosen or there is nothing for the engine to multiply (training_forward_applies).
-  if (saved && path != AttentionPath::reference && training_forward_applies(g, statics, S_total))
-    return training_forward(engine, options, params, query, key, value, g, std::move(masks), opts, dropout_p, generator,
-                            *saved);
-  const AttentionPath resolved =
-      saved ? AttentionPath::reference : resolve_attention_path(path, opts.need_weights, g.L, S_total);
-  if (resolved == AttentionPath::reference || opts.dropout_mask)
-    return reference_forward(options, params, query, key, value, g, std::move(masks), opts, statics, dropout_p,
-                             generator, saved);
-  return engine.forward(options, params, query, key, value, g, std::move(masks), opts, statics, resolved, dropout_p,
-                        generator);
-}
 
 // ---- the arguments, checked as multi_head_attention_forward checks them ---------------
 
@@ -83,11 +61,11 @@ Options functional_options(const xt::xarray<T>& query, const xt::xarray<T>& key,
 
 // The projection weights: in_proj_weight, or q/k/v_proj_weight with use_separate_proj_weight.
 template <class T>
-void functional_projection_weights(Parameters<T>& p, const FunctionalArguments<T>& a, const Sizes& s) {
+void functional_projection_weights(textbook::Parameters<T>& p, const FunctionalArguments<T>& a, const Sizes& s) {
   if (!a.use_separate_proj_weight) {
     check(a.in_proj_weight != nullptr, "in_proj_weight",
           "use_separate_proj_weight is False but in_proj_weight is None");
-    p.in_proj_weight = tensor_argument<T, 2>(*a.in_proj_weight, "in_proj_weight", {3 * s.E, s.E});
+    p.in_proj_weight = tensor_argument<T, 2>(*a.in_proj_weight, "in_proj_weight", textbook::in_proj_weight_shape(s.E));
     return;
   }
   check(a.q_proj_weight != nullptr, "q_proj_weight", "use_separate_proj_weight is True but q_proj_weight is None");
@@ -100,9 +78,9 @@ void functional_projection_weights(Parameters<T>& p, const FunctionalArguments<T
 
 // The parameters of the call, as a module would hold them: each bias present or None on its own.
 template <class T>
-Parameters<T> functional_parameters(const Options& options, const FunctionalArguments<T>& a) {
+textbook::Parameters<T> functional_parameters(const Options& options, const FunctionalArguments<T>& a) {
   const Sizes s(options);
-  Parameters<T> p(options);
+  textbook::Parameters<T> p(options);
   functional_projection_weights(p, a, s);
   if (a.in_proj_bias) p.in_proj_bias = tensor_argument<T, 1>(*a.in_proj_bias, "in_proj_bias", {3 * s.E});
   else p.in_proj_bias.reset();
@@ -151,13 +129,13 @@ StaticKV<T> functional_statics(const FunctionalArguments<T>& a, const Geometry& 
 // PyTorch checks it, then added to scores of static_k's length: broadcast from one column,
 // or refused as torch.baddbmm refuses it. key_padding_mask has static_k's length.
 template <class T>
-PreparedMasks<T> functional_masks(const FunctionalArguments<T>& a, const Geometry& g, const StaticKV<T>& st,
-                                  std::size_t H) {
-  PreparedMasks<T> masks;
+textbook::PreparedMasks<T> functional_masks(const FunctionalArguments<T>& a, const Geometry& g, const StaticKV<T>& st,
+                                            std::size_t H) {
+  textbook::PreparedMasks<T> masks;
   const std::optional<Mask<T>> attn = a.attn_mask ? std::optional<Mask<T>>(*a.attn_mask) : std::nullopt;
   const std::optional<Mask<T>> padding =
       a.key_padding_mask ? std::optional<Mask<T>>(*a.key_padding_mask) : std::nullopt;
-  masks.attn_mask = prepare_attn_mask(attn, g.batched, g.L, g.N, g.S, H);  // (1 or B, L, S)
+  masks.attn_mask = textbook::prepare_attn_mask(attn, g.batched, g.L, g.N, g.S, H);  // (1 or B, L, S)
   if (st.k && masks.attn_mask && g.S != st.k.S) {
     const std::size_t zero = a.add_zero_attn ? 1 : 0;
     check(g.S == 1 && !a.add_zero_attn, "attn_mask",
@@ -166,7 +144,7 @@ PreparedMasks<T> functional_masks(const FunctionalArguments<T>& a, const Geometr
           g.S + zero, st.k.S + zero, g.S, st.k.S);
     masks.attn_mask = xt::xtensor<T, 3>(xt::broadcast(*masks.attn_mask, {masks.attn_mask->shape(0), g.L, st.k.S}));
   }
-  masks.key_padding_mask = prepare_key_padding_mask(padding, g.batched, g.N, st.k ? st.k.S : g.S);  // (N, S)
+  masks.key_padding_mask = textbook::prepare_key_padding_mask(padding, g.batched, g.N, st.k ? st.k.S : g.S);  // (N, S)
   return masks;
 }
 
@@ -187,11 +165,11 @@ Output<T> multi_head_attention_forward(const xt::xarray<T>& query, const xt::xar
 
   // 1) the shapes; the weights, which need kdim and vdim; static_k and static_v
   const detail::Geometry g = detail::geometry(query, key, value, opts, options);
-  const Parameters<T> params = detail::functional_parameters(options, args);
+  const textbook::Parameters<T> params = detail::functional_parameters(options, args);
   const detail::StaticKV<T> statics = detail::functional_statics(args, g, s);
 
   // 2) the masks, against the key's length and static_k's
-  PreparedMasks<T> masks = detail::functional_masks(args, g, statics, s.H);
+  textbook::PreparedMasks<T> masks = detail::functional_masks(args, g, statics, s.H);
 
   // 3)-10) the steps the module runs too; dropout only in training
   const double dropout_p = args.training ? args.dropout_p : 0.0;
@@ -207,11 +185,7 @@ Output<T> multi_head_attention_forward(const xt::xarray<T>& query, const xt::xar
 // NOLINTBEGIN(bugprone-macro-parentheses)
 #define MHA_INSTANTIATE_FUNCTIONAL(T)                                                                               \
   template Output<T> multi_head_attention_forward(const xt::xarray<T>&, const xt::xarray<T>&, const xt::xarray<T>&, \
-                                                  const FunctionalArguments<T>&, AttentionPath, Generator*);        \
-  template Output<T> detail::attention_steps(                                                                       \
-      detail::Engine<T>&, const Options&, const Parameters<T>&, const xt::xarray<T>&, const xt::xarray<T>&,         \
-      const xt::xarray<T>&, const detail::Geometry&, PreparedMasks<T>, const ForwardOptions<T>&,                    \
-      const detail::StaticKV<T>&, AttentionPath, double, Generator&, detail::SavedForward<T>*);
+                                                  const FunctionalArguments<T>&, AttentionPath, Generator*);
 MHA_INSTANTIATE_FUNCTIONAL(float)
 MHA_INSTANTIATE_FUNCTIONAL(double)
 #undef MHA_INSTANTIATE_FUNCTIONAL

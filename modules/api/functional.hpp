@@ -1,12 +1,12 @@
-// mha:functional — torch.nn.functional.multi_head_attention_forward, argument for argument.
+// modules/api/functional.hpp — torch.nn.functional.multi_head_attention_forward, argument for argument.
 //
 // The function the module calls (torch/nn/functional.py, PyTorch 1.13.1): every tensor the
 // module keeps as a parameter is an argument here, each optional on its own
 // (in_proj_bias=None, out_proj_bias=None), and it has two arguments the module never
 // passes: static_k and static_v, keys and values already projected and split into heads,
 // (N*H, S, D), that replace k and v after the in-projection. That is how a KV cache is fed
-// to PyTorch's attention (:kv_cache). MultiheadAttention::forward runs the same steps:
-// attention_steps below is steps 3 to 10 of both.
+// to PyTorch's attention (kv_cache.hpp). This file is the arguments and their checks only:
+// steps 3 to 10 are attention_steps (attention_paths.hpp), as for MultiheadAttention::forward.
 //
 // This interface declares; the bodies are in functional.cpp, compiled for float and double.
 //
@@ -14,7 +14,7 @@
 // E = embed_dim, H = heads, D = head_dim = E / H, B = N*H, Ek = kdim, Ev = vdim.
 //
 // Included by modules/api.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :random, :options, :parameters, :inputs, :masks, :reference_forward, :engine.
+// Uses mha.core, textbook/random.hpp, textbook/options.hpp, textbook/masks.hpp, attention_paths.hpp.
 
 export namespace mha {
 
@@ -65,20 +65,3 @@ Output<T> multi_head_attention_forward(const xt::xarray<T>& query, const xt::xar
                                        AttentionPath path = AttentionPath::automatic, Generator* generator = nullptr);
 
 }  // namespace mha
-
-namespace mha::detail {
-
-// Steps 3 to 10, after the shapes (step 1) and the masks (step 2), by the path chosen:
-// the reference (:reference_forward), or the fast engine (:engine). A dropout mask to
-// replay takes the reference path: the engine draws its own dropout inside its kernels. A
-// record to keep for backward() takes :training_forward, the engine's GEMMs keeping the
-// reference's intermediates, unless the path is the reference. The module's forward and the functional
-// form both end here.
-template <class T>
-Output<T> attention_steps(Engine<T>& engine, const Options& options, const Parameters<T>& params,
-                          const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
-                          const Geometry& g, PreparedMasks<T> masks, const ForwardOptions<T>& opts,
-                          const StaticKV<T>& statics, AttentionPath path, double dropout_p, Generator& generator,
-                          SavedForward<T>* saved = nullptr);
-
-}  // namespace mha::detail

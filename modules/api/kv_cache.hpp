@@ -1,17 +1,17 @@
-// mha:kv_cache — decoding one token at a time: the keys and values seen so far, kept.
+// modules/api/kv_cache.hpp — decoding one token at a time: the keys and values seen so far, kept.
 //
 // A decoder that generates token t attends with t's query to the keys and values of
 // tokens 0..t. Those of 0..t-1 were projected when their tokens were decoded; a KV cache
 // keeps them, already split into heads, and the next step projects only the new token.
 // PyTorch feeds such a cache to its attention as static_k and static_v of
-// F.multi_head_attention_forward (:functional); fairseq's incremental decoding does so.
+// F.multi_head_attention_forward (functional.hpp); fairseq's incremental decoding does so.
 // A cached step equals the last row of the causal forward over the whole sequence: the
-// causal mask lets row t see keys 0..t, exactly the cache (docs/13-decoding.md).
+// causal mask lets row t see keys 0..t, exactly the cache (docs/19-decoding.md).
 //
 // Legend: N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, t = cached positions.
 //
 // Included by modules/api.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :options, :inputs, :multihead_attention.
+// Uses mha.core, textbook/options.hpp, textbook/inputs.hpp, multihead_attention.hpp.
 
 export namespace mha {
 

@@ -1,12 +1,12 @@
-// mha:multihead_attention — the module: torch.nn.MultiheadAttention in C++.
+// modules/api/multihead_attention.hpp — the module: torch.nn.MultiheadAttention in C++.
 //
-// Holds the options and the parameters under PyTorch's state_dict names (:parameters),
+// Holds the options and the parameters under PyTorch's state_dict names (textbook/parameters.hpp),
 // and runs MultiheadAttention.forward of torch/nn/modules/activation.py: forward() checks
-// the shapes (step 1, :inputs), prepares the masks (step 2, :masks) and hands steps 3 to
-// 10 to the path chosen: the readable reference (:reference_forward), numbered as
-// torch/nn/functional.py's multi_head_attention_forward, or the fast engine (:engine).
+// the shapes (step 1, textbook/inputs.hpp), prepares the masks (step 2, textbook/masks.hpp) and hands steps 3 to
+// 10 to the path chosen: the readable reference (textbook/reference_forward.hpp), numbered as
+// torch/nn/functional.py's multi_head_attention_forward, or the fast engine (mha:engine).
 // backward() gives the gradients of a forward run by forward_for_backward(), as PyTorch's
-// autograd computes them: step by step (:reference_backward) or by GEMMs (:engine_backward).
+// autograd computes them: step by step (textbook/reference_backward.hpp) or by GEMMs (engine/engine_backward.hpp).
 //
 // Two variants, as in PyTorch:
 //   packed    in_proj_weight (3E, E) = [W_q; W_k; W_v], used when kdim == vdim == E;
@@ -19,7 +19,7 @@
 // D = head_dim = E / H.
 //
 // Included by modules/api.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :random, :threads, :options, :parameters, :in_projection, :inputs, :masks, :attention, :reference_forward, :functional, :reference_backward, :engine, :linear, :engine_backward.
+// Uses mha.core, textbook/random.hpp, platform/threads.hpp, textbook/options.hpp, textbook/parameters.hpp, textbook/in_projection.hpp, textbook/inputs.hpp, textbook/masks.hpp, textbook/attention.hpp, textbook/reference_forward.hpp, functional.hpp, textbook/reference_backward.hpp, mha:engine, platform/linear.hpp, engine/engine_backward.hpp.
 
 export namespace mha {
 
@@ -87,7 +87,7 @@ public:
 
   // A number that changes at every change of the parameters and that no other state of
   // any module's parameters has had: equal numbers mean equal weights (a cache's key).
-  std::uint64_t weights_version() const { return params_.version; }
+  std::uint64_t weights_version() const { return params_.version(); }
 
   // ---- parameters, by PyTorch's state_dict names -----------------------------------
 
@@ -97,7 +97,10 @@ public:
   // The shape PyTorch gives the parameter `name`.
   std::vector<std::size_t> parameter_shape(std::string_view name) const {
     const std::size_t E = embed_dim();
-    if (name == "in_proj_weight") return {3 * E, E};
+    if (name == "in_proj_weight") {
+      const auto shape = textbook::in_proj_weight_shape(E);  // (3E, E)
+      return {shape.begin(), shape.end()};
+    }
     if (name == "q_proj_weight" || name == "out_proj.weight") return {E, E};
     if (name == "k_proj_weight") return {E, kdim()};
     if (name == "v_proj_weight") return {E, vdim()};
@@ -157,8 +160,8 @@ public:
   QKV<T> in_projection(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value) const {
     const detail::Geometry g = detail::geometry(query, key, value, ForwardOptions<T>{}, options_);
     const bool batch_first = options_.batch_first && g.batched;
-    return params_.in_projection(to_seq_first_batched(query, batch_first), to_seq_first_batched(key, batch_first),
-                                 to_seq_first_batched(value, batch_first), g.aliasing);
+    auto seq_first = [batch_first](const xt::xarray<T>& x) { return textbook::to_seq_first_batched(x, batch_first); };
+    return params_.in_projection(seq_first(query), seq_first(key), seq_first(value), g.aliasing);
   }
 
   // Which implementation forward() runs; every one gives PyTorch's results (see AttentionPath).
@@ -167,14 +170,30 @@ public:
 
   // The path forward() takes for these sizes (S counts bias_k and the zero key).
   AttentionPath resolved_attention_path(bool need_weights, std::size_t L, std::size_t S) const {
-    return resolve_attention_path(attention_path_, need_weights, L, S);
+    return detail::resolve_attention_path(attention_path_, need_weights, L, S);
   }
 
   // MultiheadAttention.forward(query, key, value, ...). Pass the same object as query,
-  // key and value for self-attention (Python's `query is key is value`).
+  // key and value for self-attention (Python's `query is key is value`). Steps 1 and 2 are
+  // here; steps 3 to 10 run on the path chosen (attention_paths.hpp): the readable
+  // reference (textbook::reference_forward, reference_forward.cpp) or the engine.
   Output<T> forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
                     const ForwardOptions<T>& opts = {}) {
-    return run_forward(query, key, value, opts, /*saved=*/nullptr);
+    const double dropout_p = training_ ? options_.dropout : 0.0;
+    const auto turn = dropout_turn(dropout_p, opts.dropout_mask.has_value());
+
+    // 1) the shapes: batched or not, the sequence-first sizes, which inputs are the same object
+    const detail::Geometry g = detail::geometry(query, key, value, opts, options_);
+    check_dropout_mask(opts.dropout_mask, dropout_p, g);
+
+    // 2) the masks as float masks: bool True -> -inf (_canonical_mask), shapes checked
+    textbook::PreparedMasks<T> masks =
+        textbook::prepare_masks(opts.attn_mask, opts.key_padding_mask, opts.is_causal, opts.need_weights, g.batched,
+                                g.L, g.N, g.S, num_heads());
+
+    // 3)-10) the attention itself, on the reference or the engine: the one choice of path
+    return detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
+                                   detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_);
   }
 
   // ---- backward ----------------------------------------------------------------------
@@ -182,16 +201,27 @@ public:
   // forward(), and what backward() needs from it: the output, and a record of the inputs
   // and intermediates that the gradients are taken at (what PyTorch's autograd saves).
   // With AttentionPath::reference set it runs the reference forward, whose every
-  // intermediate is a tensor; on every other path the engine's GEMMs (:training_forward),
+  // intermediate is a tensor; on every other path the engine's GEMMs (engine/training_forward.hpp),
   // keeping the same intermediates. Either keeps the (N*H, L, S') softmax, as PyTorch's
   // autograd does. In training with dropout, the record holds the dropout mask drawn (or
   // opts.dropout_mask, replayed), drawn in the same order on both.
   std::pair<Output<T>, ForwardRecord<T>> forward_for_backward(const xt::xarray<T>& query, const xt::xarray<T>& key,
                                                               const xt::xarray<T>& value,
                                                               const ForwardOptions<T>& opts = {}) {
+    const double dropout_p = training_ ? options_.dropout : 0.0;
+    const auto turn = dropout_turn(dropout_p, opts.dropout_mask.has_value());
+    // 1) and 2) as forward() does them
+    const detail::Geometry g = detail::geometry(query, key, value, opts, options_);
+    check_dropout_mask(opts.dropout_mask, dropout_p, g);
+    textbook::PreparedMasks<T> masks =
+        textbook::prepare_masks(opts.attn_mask, opts.key_padding_mask, opts.is_causal, opts.need_weights, g.batched,
+                                g.L, g.N, g.S, num_heads());
+    // 3)-10) keeping what backward() needs in the record
     ForwardRecord<T> record;
-    Output<T> out = run_forward(query, key, value, opts, &record.saved_);
-    record.weights_version_ = params_.version;
+    Output<T> out =
+        detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
+                                detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_, &record.saved_);
+    record.weights_version_ = params_.version();
     return {std::move(out), std::move(record)};
   }
 
@@ -202,14 +232,14 @@ public:
   // the caller's layout; an input given as one object for several arguments gets one
   // gradient, the sum over its uses (PyTorch's x.grad). The record must come from this
   // module with its parameters unchanged since. AttentionPath::reference runs
-  // :reference_backward, every other path the GEMMs of :engine_backward.
+  // textbook/reference_backward.hpp, every other path the GEMMs of engine/engine_backward.hpp.
   Gradients<T> backward(const ForwardRecord<T>& record, const xt::xarray<T>& grad_attn_output,
                         const std::optional<xt::xarray<T>>& grad_attn_output_weights = {}) const {
     const auto& s = record.saved_;
-    check(record.weights_version_ == params_.version, "record",
+    check(record.weights_version_ == params_.version(), "record",
           "expected a record of a forward of this module with its current parameters (weights version {}), got one "
           "of weights version {}: another module's, or made before the parameters changed",
-          params_.version, record.weights_version_);
+          params_.version(), record.weights_version_);
     check(std::equal(s.output_shape.begin(), s.output_shape.end(), grad_attn_output.shape().begin(),
                      grad_attn_output.shape().end()),
           "grad_attn_output", "expected shape {} (attn_output's), got {}", shape_string(s.output_shape),
@@ -224,36 +254,18 @@ public:
             shape_string(s.weights_shape), shape_string(grad_attn_output_weights->shape()));
     }
     if (attention_path_ == AttentionPath::reference)
-      return detail::reference_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights);
+      return textbook::reference_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights);
     return detail::fast_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights);
   }
 
 private:
   friend class KVCache<T>;
 
-  // forward() and forward_for_backward(): steps 1 and 2 here, 3 to 10 by the path chosen
-  // (detail::attention_steps, which the functional form runs too). With `saved`, what
-  // backward() needs is kept there (by the engine unless the path is the reference).
-  Output<T> run_forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
-                        const ForwardOptions<T>& opts, detail::SavedForward<T>* saved) {
-    // Training-mode dropout draws from the module's one generator: calls that draw take
-    // turns, each drawing as one call alone would. Without dropout, calls share nothing.
-    const double dropout_p = training_ ? options_.dropout : 0.0;
-    std::unique_lock<std::mutex> drawing;
-    if (dropout_p > 0 && !opts.dropout_mask) drawing = std::unique_lock<std::mutex>(dropout_mutex_.mutex);
-
-    // 1) the shapes: batched or not, the sequence-first sizes, which inputs are the same object
-    const detail::Geometry g = detail::geometry(query, key, value, opts, options_);
-    const std::size_t S_total = g.S + options_.add_bias_kv + options_.add_zero_attn;  // S'
-    check_dropout_mask(opts.dropout_mask, dropout_p, g.N * num_heads(), g.L, S_total);
-
-    // 2) the masks as float masks: bool True -> -inf (_canonical_mask), shapes checked
-    PreparedMasks<T> masks = prepare_masks(opts.attn_mask, opts.key_padding_mask, opts.is_causal, opts.need_weights,
-                                           g.batched, g.L, g.N, g.S, num_heads());
-
-    // 3)-10) the attention itself, by the path chosen
-    return detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
-                                   detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_, saved);
+  // Training-mode dropout draws from the module's one generator: calls that draw take
+  // turns, each drawing as one call alone would. Without dropout, calls share nothing.
+  std::unique_lock<std::mutex> dropout_turn(double dropout_p, bool replayed) {
+    if (dropout_p > 0 && !replayed) return std::unique_lock<std::mutex>(dropout_mutex_.mutex);
+    return {};
   }
 
   // A decoding step of KVCache::step: `x` (L_new, N, E), its k and v appended to `cache`,
@@ -265,24 +277,24 @@ private:
           "add_bias_kv={} and add_zero_attn={}",
           options_.add_bias_kv, options_.add_zero_attn);
     const double dropout_p = training_ ? options_.dropout : 0.0;
-    std::unique_lock<std::mutex> drawing;
-    if (dropout_p > 0) drawing = std::unique_lock<std::mutex>(dropout_mutex_.mutex);
+    const auto turn = dropout_turn(dropout_p, /*replayed=*/false);
     ForwardOptions<T> opts;
     opts.need_weights = need_weights;
 
     // 1) the shapes, and the new positions' k and v into the cache: (N*H, t0 + L_new, D)
     const detail::Geometry g = detail::geometry(x, x, x, opts, options_);
     const bool batch_first = options_.batch_first && g.batched;
-    const auto x3 = to_seq_first_batched(x, batch_first);                         // (L_new, N, E)
+    const auto x3 = textbook::to_seq_first_batched(x, batch_first);               // (L_new, N, E)
     const auto k = key_value_projection(x3, 1), v = key_value_projection(x3, 2);  // (L_new, N, E) each
     const std::size_t t0 = cache.length();
-    cache.append(split_heads(k, num_heads()), split_heads(v, num_heads()));  // (N*H, L_new, D) each
+    cache.append(textbook::split_heads(k, num_heads()), textbook::split_heads(v, num_heads()));  // (N*H, L_new, D) each
 
     // 2) new position i (at t0 + i) sees the cache up to itself: key j is masked when j > t0 + i
-    PreparedMasks<T> masks;
+    textbook::PreparedMasks<T> masks;
     if (g.L > 1) {
-      const xt::xarray<T> causal = canonical_mask<T>(xt::xarray<bool>(causal_mask_after(t0, g.L)));  // (L_new, t)
-      masks.attn_mask = xt::xtensor<T, 3>(xt::view(causal, xt::newaxis(), xt::all(), xt::all()));    // (1, L_new, t)
+      const xt::xarray<T> causal =
+          textbook::canonical_mask<T>(xt::xarray<bool>(textbook::causal_mask_after(t0, g.L)));     // (L_new, t)
+      masks.attn_mask = xt::xtensor<T, 3>(xt::view(causal, xt::newaxis(), xt::all(), xt::all()));  // (1, L_new, t)
     }
 
     // 3)-10) the steps, with the cache as static_k and static_v
@@ -295,9 +307,10 @@ private:
   // computed: the step's attention projects it.
   xt::xtensor<T, 3> key_value_projection(const xt::xtensor<T, 3>& x3, std::size_t block) const {
     const std::size_t E = embed_dim();
-    const T* w = params_.packed ? params_.in_proj_weight.data() + block * E * E
+    const std::size_t first = textbook::qkv_rows(block, E).first;  // the block's first row of in_proj_weight
+    const T* w = params_.packed ? params_.in_proj_weight.data() + first * E
                                 : (block == 1 ? params_.separate.w_k : params_.separate.w_v).data();
-    const T* b = params_.in_proj_bias ? params_.in_proj_bias->data() + block * E : nullptr;
+    const T* b = params_.in_proj_bias ? params_.in_proj_bias->data() + first : nullptr;
     xt::xtensor<T, 3> y({x3.shape(0), x3.shape(1), E});
     detail::linear_into(x3.data(), x3.shape(0) * x3.shape(1), E, detail::LinearWeight<T>{w, E, false}, E, b, y.data());
     return y;
@@ -305,9 +318,11 @@ private:
 
   // A dropout mask replays a dropout: only where one is drawn (training, dropout > 0),
   // of the weights' shape (N*H, L, S').
-  void check_dropout_mask(const std::optional<xt::xtensor<bool, 3>>& mask, double dropout_p, std::size_t B,
-                          std::size_t L, std::size_t S_total) const {
+  void check_dropout_mask(const std::optional<xt::xtensor<bool, 3>>& mask, double dropout_p,
+                          const detail::Geometry& g) const {
     if (!mask) return;
+    const std::size_t B = g.N * num_heads(), L = g.L;
+    const std::size_t S_total = g.S + options_.add_bias_kv + options_.add_zero_attn;  // S'
     check(dropout_p > 0, "dropout_mask",
           "expected none: this forward applies no dropout (training={}, dropout={}), so there is nothing to replay; "
           "got a mask of shape {}",
@@ -330,7 +345,7 @@ private:
   }
 
   Options options_;
-  Parameters<T> params_;
+  textbook::Parameters<T> params_;
   bool training_ = true;
   AttentionPath attention_path_ = AttentionPath::automatic;
   Generator dropout_generator_;

@@ -1,7 +1,7 @@
-// mha:attention_problem (internal) — what the fast kernels work on: heads as strided
+// modules/engine/attention_problem.hpp (internal) — what the fast kernels work on: heads as strided
 // views, the masks as given, and where the output goes.
 //
-// The fast paths (:fast_attention, :flash_attention) never copy a head out of the
+// The fast paths (fast_attention.hpp, flash_attention.hpp) never copy a head out of the
 // projection buffers: position i of batch n, head h starts at
 // data + i*row_stride + n*batch_stride + h*D. The two masks stay as the user gave them
 // (after bool -> float) and are added on the fly, in PyTorch's merge order. This
@@ -10,10 +10,68 @@
 // Legend: L = target length, S = source length (with bias_k and the zero key, if any),
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, b = n*H + h.
 //
-// Included by modules/engine/engine.hpp, in its module purview: no module line of its own.
-// Uses :random, :threads.
+// Included by modules/engine.cppm, in its module purview: no module line of its own.
+// Uses textbook/random.hpp, platform/threads.hpp.
 
 namespace mha::detail {
+
+// Steps 4 and 6 in one copy (modules/textbook/extra_keys.hpp has them one at a time):
+// y (S + [bias] + zero_keys, N, E): the S keys of x, whose position j of batch entry n
+// starts at x + j*row_stride + n*batch_stride, then `bias` (E) for every n if there is one,
+// then `zero_keys` positions of zeros.
+template <class T>
+void extend_keys_into(const T* x, std::size_t row_stride, std::size_t batch_stride, std::size_t S, std::size_t N,
+                      std::size_t E, const T* bias, std::size_t zero_keys, T* y) {
+  for (std::size_t j = 0; j < S; ++j)
+    for (std::size_t n = 0; n < N; ++n) std::copy_n(x + j * row_stride + n * batch_stride, E, y + (j * N + n) * E);
+  std::size_t next = S;  // the first position after the keys copied so far
+  if (bias != nullptr) {
+    for (std::size_t n = 0; n < N; ++n) std::copy_n(bias, E, y + (next * N + n) * E);
+    ++next;
+  }
+  std::fill_n(y + next * N * E, zero_keys * N * E, T(0));
+}
+
+// Dropout with a given mask (True = kept) on `count` values from `values` on, against the
+// mask from `keep` on: textbook::apply_dropout_mask on one head's rows, as the kernels hold them.
+template <class T>
+void apply_dropout_mask(T* values, const bool* keep, std::size_t count, T scale) {
+  // Multiplied by 0, not set to 0, as PyTorch's dropout does: a dropped NaN stays NaN.
+  for (std::size_t i = 0; i < count; ++i) values[i] *= keep[i] ? scale : T(0);
+}
+
+// The strides of a (len, N, w) tensor in the rows of `layout`: from position i to i+1, and
+// from batch entry n to n+1 (textbook::SeqFirstLayout::row gives the row itself).
+inline std::size_t row_stride_of(const textbook::SeqFirstLayout& layout, std::size_t w) {
+  return (layout.batch_major ? 1 : layout.N) * w;
+}
+inline std::size_t batch_stride_of(const textbook::SeqFirstLayout& layout, std::size_t w) {
+  return (layout.batch_major ? layout.len : 1) * w;
+}
+
+// static_k or static_v of the functional form: keys or values already projected and
+// split into heads, (B, S, D), that replace k or v after the in-projection (a KV cache).
+// Head b starts at data + b * head_stride, its position j at + j * D: a (B, S, D) tensor
+// has head_stride = S * D, a KVCache with room for more positions a larger one.
+template <class T>
+struct StaticHeads {
+  const T* data = nullptr;  // none: k (or v) comes from the in-projection
+  std::size_t B = 0, S = 0, D = 0, head_stride = 0;
+  explicit operator bool() const { return data != nullptr; }
+  // The heads as a (B, S, D) tensor of their own: what the reference path reads.
+  xt::xtensor<T, 3> tensor() const {
+    xt::xtensor<T, 3> x({B, S, D});
+    for (std::size_t b = 0; b < B; ++b) std::copy_n(data + b * head_stride, S * D, x.data() + b * S * D);
+    return x;
+  }
+};
+
+// static_k and static_v, either or both, or neither (the module's forward).
+template <class T>
+struct StaticKV {
+  StaticHeads<T> k, v;
+  bool any() const { return bool(k) || bool(v); }
+};
 
 // A sequence-first tensor seen head by head. T is const for inputs, not for outputs.
 template <class T>
@@ -62,7 +120,7 @@ struct AttentionProblem {
   double dropout_p = 0;
   Generator* generator = nullptr;
   std::vector<std::vector<T>>* scratch = nullptr;  // one buffer per worker, kept between calls
-  int threads = 1;  // how many threads the batch-heads may run on (:threads, engine_threads)
+  int threads = 1;  // how many threads the batch-heads may run on (platform/threads.hpp, engine_threads)
 };
 
 // The threads the batch-heads run on. Threads pay off once the heads are more than a few

@@ -1,7 +1,7 @@
-// mha:attention_tiles (internal) — a head's two products, q_h . k_h^T and P . v_h, on the
+// modules/engine/attention_tiles.hpp (internal) — a head's two products, q_h . k_h^T and P . v_h, on the
 // CPU's own registers, for float on AVX-512.
 //
-// The same products as :fast_attention's GEMMs, summed in the same order a GEMM kernel
+// The same products as fast_attention.hpp's GEMMs, summed in the same order a GEMM kernel
 // sums them (k = 0, 1, ..., each step one fused multiply-add per output), and arranged for
 // what a head is: one side of each product is only D = E/H wide.
 //   - A tile of C, 6 rows by 64 columns, lives in 24 of AVX-512's 32 vector registers. Each
@@ -19,14 +19,14 @@
 //   - Both operands of a head are then copied once and kept for all its blocks of query
 //     rows, so the blocks can be small enough for their scores to stay in the core's L2
 //     cache between the product that writes them, the softmax and the product that reads
-//     them (:fast_attention). A library GEMM would copy k_h and v_h again for every block.
-// Other CPUs and double use :linear's gemm(); has_avx512() (:cpu) chooses, so a test can
+//     them (fast_attention.hpp). A library GEMM would copy k_h and v_h again for every block.
+// Other CPUs and double use platform/linear.hpp's gemm(); has_avx512() (platform/cpu.hpp) chooses, so a test can
 // run either on this CPU.
 //
 // Legend: S = keys, D = head_dim, rows = query rows of a block.
 //
 // Included by modules/engine.cppm, in its module purview: no module line of its own.
-// Uses :cpu.
+// Uses platform/cpu.hpp.
 
 namespace mha::detail {
 

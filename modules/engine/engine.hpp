@@ -1,15 +1,15 @@
-// mha:engine (internal) — the fast and memory-efficient forward: the same steps as
-// :reference_forward, on raw buffers.
+// modules/engine/engine.hpp (internal) — the fast and memory-efficient forward: the same steps as
+// textbook/reference_forward.hpp, on raw buffers.
 //
 // The inputs are read where they are (sequence-first, batch_first or unbatched: every
-// layout is a contiguous (rows, E) matrix, :inputs), q, k and v stay in their projection
+// layout is a contiguous (rows, E) matrix, textbook/inputs.hpp), q, k and v stay in their projection
 // buffers and a head is a strided view into them, the heads land in the caller's layout
 // and out_proj writes straight into the returned tensor. The attention itself is
-// :fast_attention (GEMMs, fused softmax) or :flash_attention (tiles, online softmax).
-// The engine owns what this costs: buffers kept per thread (:workspace), and W^T per
+// fast_attention.hpp (GEMMs, fused softmax) or flash_attention.hpp (tiles, online softmax).
+// The engine owns what this costs: buffers kept per thread (platform/workspace.hpp), and W^T per
 // version of the weights. Every PyTorch step it shares with the reference is called, not
-// re-derived: the masks (:masks), bias_k/bias_v (:extra_keys), the scale (:attention),
-// the output weights (:inputs).
+// re-derived: the masks (textbook/masks.hpp), bias_k/bias_v (textbook/extra_keys.hpp), the scale (textbook/attention.hpp),
+// the output weights (textbook/inputs.hpp).
 //
 // Exports nothing: MultiheadAttention holds an Engine, so code outside the module that
 // moves or copies a MultiheadAttention needs Engine's definition to be reachable, which is
@@ -19,8 +19,8 @@
 // Legend: L = target length, S = source length, S' = S with bias_k and the zero key,
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H.
 //
-// Included by modules/engine/engine.hpp, in its module purview: no module line of its own.
-// Uses :random, :threads, :workspace, :options, :parameters, :in_projection, :inputs, :masks, :extra_keys, :attention, :linear, :attention_problem, :fast_attention, :flash_attention.
+// Included by modules/engine.cppm, in its module purview: no module line of its own.
+// Uses textbook/random.hpp, platform/threads.hpp, platform/workspace.hpp, textbook/options.hpp, textbook/parameters.hpp, textbook/in_projection.hpp, textbook/inputs.hpp, textbook/masks.hpp, textbook/extra_keys.hpp, textbook/attention.hpp, platform/linear.hpp, attention_problem.hpp, fast_attention.hpp, flash_attention.hpp.
 
 namespace mha::detail {
 
@@ -28,7 +28,7 @@ namespace mha::detail {
 // x . (W^T), which OpenBLAS runs without repacking W on every call (about 30% faster at
 // E = 64, 7% at E = 1024). They cost as much memory again as the weights, and for float
 // GEMMs on oneDNN the blocks of W^T that a forward multiplies by, reordered for its matmul
-// (:packed_linear), as much again.
+// (platform/packed_linear.hpp), as much again.
 template <class T>
 struct TransposedWeights {
   std::uint64_t version = 0;     // the Parameters::version they were made from
@@ -37,7 +37,7 @@ struct TransposedWeights {
   xt::xtensor<T, 2> out_proj;    // (E, E)
   mutable PackedWeights packed;  // blocks of the above, made as forwards first use them
 
-  explicit TransposedWeights(const Parameters<T>& p) : version(p.version) {
+  explicit TransposedWeights(const textbook::Parameters<T>& p) : version(p.version()) {
     auto t = [](const xt::xtensor<T, 2>& w) { return xt::xtensor<T, 2>(xt::transpose(w)); };
     if (p.packed) in_proj = t(p.in_proj_weight);
     else q = t(p.separate.w_q), k = t(p.separate.w_k), v = t(p.separate.w_v);
@@ -67,7 +67,7 @@ struct FastCall {
 };
 
 // w, a block of W^T (in, out), with the same block reordered for oneDNN's matmul when
-// oneDNN runs float GEMMs of `rows` rows of it (:packed_linear), made at its first use.
+// oneDNN runs float GEMMs of `rows` rows of it (platform/packed_linear.hpp), made at its first use.
 template <class T>
 LinearWeight<T> with_packed(const FastCall<T>& c, LinearWeight<T> w, std::size_t rows, std::size_t in,
                             std::size_t out) {
@@ -83,7 +83,7 @@ LinearWeight<T> with_packed(const FastCall<T>& c, LinearWeight<T> w, std::size_t
 // after the in-projection's bias.
 template <class T>
 void scale_query_block(const FastCall<T>& c, T* y, std::size_t width, const OutputBlock& b) {
-  const T scale = attention_scale<T>(c.D);
+  const T scale = textbook::attention_scale<T>(c.D);
   const std::size_t last = std::min(b.col + b.cols, c.E);
   for (std::size_t r = b.row; r < b.row + b.rows; ++r)
     for (std::size_t e = b.col; e < last; ++e) y[r * width + e] *= scale;
@@ -95,7 +95,7 @@ void scale_query_block(const FastCall<T>& c, T* y, std::size_t width, const Outp
 // it has just written, while it is in its cache: at (128, 8, 512, 8) a separate pass
 // over q on one thread took about 0.2 ms of a 7.5 ms forward.
 template <class T>
-StridedHeads<T> project_into(const FastCall<T>& c, const xt::xarray<T>& x, const SeqFirstLayout& layout,
+StridedHeads<T> project_into(const FastCall<T>& c, const xt::xarray<T>& x, const textbook::SeqFirstLayout& layout,
                              LinearWeight<T> w, const T* bias, std::size_t first, std::size_t width) {
   const std::size_t rows = layout.len * layout.N;
   T* y = c.ws.get(rows * width);
@@ -104,7 +104,7 @@ StridedHeads<T> project_into(const FastCall<T>& c, const xt::xarray<T>& x, const
                        bias ? bias + first : nullptr, y, c.threads, [&](const OutputBlock& block) {
                          if (scale) scale_query_block(c, y, width, block);
                        });
-  return {y, layout.row_stride(width), layout.batch_stride(width), 0};
+  return {y, row_stride_of(layout, width), batch_stride_of(layout, width), 0};
 }
 
 // static_k or static_v as the kernels read it: head b of (B, S, D) at b * head_stride.
@@ -116,23 +116,25 @@ StridedHeads<const T> static_heads(const StaticHeads<T>& x, std::size_t H) {
 // Step 3 when static_k or static_v replaces k or v: only what is not replaced is
 // projected, each on its own GEMM. (PyTorch 1.13 projects all three and drops the result.)
 template <class T>
-Projection<T> project_around_statics(const FastCall<T>& c, const Parameters<T>& params, const TransposedWeights<T>& wt,
-                                     const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
-                                     const StaticKV<T>& statics) {
+Projection<T> project_around_statics(const FastCall<T>& c, const textbook::Parameters<T>& params,
+                                     const TransposedWeights<T>& wt, const xt::xarray<T>& query,
+                                     const xt::xarray<T>& key, const xt::xarray<T>& value, const StaticKV<T>& statics) {
   const std::size_t E = c.E;
   const Geometry& g = c.g;
   const T* b = params.in_proj_bias ? params.in_proj_bias->data() : nullptr;  // (3E): [b_q; b_k; b_v]
+  const std::size_t k_first = textbook::qkv_rows(1, E).first, v_first = textbook::qkv_rows(2, E).first;
   // W^T of block 0 (q), 1 (k) or 2 (v): a column block of (E, 3E), or a weight of its own
   auto w = [&](std::size_t block) {
-    if (params.packed) return LinearWeight<T>{wt.in_proj.data() + block * E, 3 * E, true};
+    if (params.packed) return LinearWeight<T>{wt.in_proj.data() + textbook::qkv_rows(block, E).first, 3 * E, true};
     const xt::xtensor<T, 2>& t = block == 0 ? wt.q : block == 1 ? wt.k : wt.v;
     return LinearWeight<T>{t.data(), E, true};
   };
   Projection<T> p;
   p.q = project_into(c, query, g.query, w(0), b, 0, E);  // (L, N, E)
-  p.k = statics.k ? static_heads(statics.k, c.H) : StridedHeads<const T>(project_into(c, key, g.key, w(1), b, E, E));
+  p.k = statics.k ? static_heads(statics.k, c.H)
+                  : StridedHeads<const T>(project_into(c, key, g.key, w(1), b, k_first, E));
   p.v = statics.v ? static_heads(statics.v, c.H)
-                  : StridedHeads<const T>(project_into(c, value, g.value, w(2), b, 2 * E, E));
+                  : StridedHeads<const T>(project_into(c, value, g.value, w(2), b, v_first, E));
   return p;
 }
 
@@ -140,35 +142,38 @@ Projection<T> project_around_statics(const FastCall<T>& c, const Parameters<T>& 
 // weight is one (L*N, E) x (E, 3E) GEMM, key is value two, else three, as PyTorch's
 // _in_projection_packed. q (L, N, E), k and v (S, N, E), as views.
 template <class T>
-Projection<T> project(const FastCall<T>& c, const Parameters<T>& params, const TransposedWeights<T>& wt,
+Projection<T> project(const FastCall<T>& c, const textbook::Parameters<T>& params, const TransposedWeights<T>& wt,
                       const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
                       const StaticKV<T>& statics) {
   const std::size_t E = c.E;
   const Geometry& g = c.g;
   const T* b = params.in_proj_bias ? params.in_proj_bias->data() : nullptr;  // (3E): [b_q; b_k; b_v]
   if (statics.any()) return project_around_statics(c, params, wt, query, key, value, statics);
+  // The bias's blocks, and the packed W^T's column blocks, where qkv_rows puts K and V
+  const std::size_t k_first = textbook::qkv_rows(1, E).first, v_first = textbook::qkv_rows(2, E).first;
   if (!params.packed)
     return {project_into(c, query, g.query, {wt.q.data(), E, true}, b, 0, E),
-            project_into(c, key, g.key, {wt.k.data(), E, true}, b, E, E),
-            project_into(c, value, g.value, {wt.v.data(), E, true}, b, 2 * E, E)};
+            project_into(c, key, g.key, {wt.k.data(), E, true}, b, k_first, E),
+            project_into(c, value, g.value, {wt.v.data(), E, true}, b, v_first, E)};
   auto w = [&](std::size_t first) { return LinearWeight<T>{wt.in_proj.data() + first, 3 * E, true}; };  // (E, 3E)
   if (g.aliasing == Aliasing::self_attention) {
     const auto qkv = project_into(c, query, g.query, w(0), b, 0, 3 * E);  // (L, N, 3E)
-    return {qkv, qkv.shifted(E), qkv.shifted(2 * E)};
+    return {qkv, qkv.shifted(k_first), qkv.shifted(v_first)};
   }
   const auto q = project_into(c, query, g.query, w(0), b, 0, E);  // (L, N, E)
   if (g.aliasing == Aliasing::key_is_value) {
-    const auto kv = project_into(c, key, g.key, w(E), b, E, 2 * E);  // (S, N, 2E)
-    return {q, kv, kv.shifted(E)};
+    const auto kv = project_into(c, key, g.key, w(k_first), b, k_first, 2 * E);  // (S, N, 2E)
+    return {q, kv, kv.shifted(v_first - k_first)};
   }
-  return {q, project_into(c, key, g.key, w(E), b, E, E), project_into(c, value, g.value, w(2 * E), b, 2 * E, E)};
+  return {q, project_into(c, key, g.key, w(k_first), b, k_first, E),
+          project_into(c, value, g.value, w(v_first), b, v_first, E)};
 }
 
 // q *= sqrt(1/D) in place (attention_scale), over the E columns of every position and
 // batch entry, after the in-projection (the training forward, which keeps q unscaled too).
 template <class T>
 void scale_query(const FastCall<T>& c, const StridedHeads<T>& q) {
-  const T scale = attention_scale<T>(c.D);
+  const T scale = textbook::attention_scale<T>(c.D);
   for (std::size_t i = 0; i < c.g.L; ++i)
     for (std::size_t n = 0; n < c.g.N; ++n) {
       T* row = q.head(n, 0, 0) + i * q.row_stride;
@@ -190,10 +195,10 @@ StridedHeads<const T> zero_key_after(const FastCall<T>& c, const StaticHeads<T>&
 }
 
 // Steps 4 and 6 at once: k and v copied into (S', N, E) with bias_k/bias_v and the zero
-// key appended (:extra_keys), and the masks padded by one column for each.
+// key appended (textbook/extra_keys.hpp), and the masks padded by one column for each.
 template <class T>
-void extend_keys(const FastCall<T>& c, const Options& options, const Parameters<T>& params, const StaticKV<T>& statics,
-                 Projection<T>& p, PreparedMasks<T>& masks) {
+void extend_keys(const FastCall<T>& c, const Options& options, const textbook::Parameters<T>& params,
+                 const StaticKV<T>& statics, Projection<T>& p, textbook::PreparedMasks<T>& masks) {
   const std::size_t S = c.g.S, N = c.g.N, E = c.E;
   const std::size_t extra = std::size_t{options.add_bias_kv} + std::size_t{options.add_zero_attn};
   auto extend = [&](const StridedHeads<const T>& x, const std::optional<xt::xtensor<T, 3>>& bias) {
@@ -209,7 +214,7 @@ void extend_keys(const FastCall<T>& c, const Options& options, const Parameters<
 
 // Step 7 for the kernels: the masks stay separate, added on the fly (AdditiveMasks).
 template <class T>
-AdditiveMasks<T> additive_masks(const PreparedMasks<T>& masks, std::size_t L, std::size_t S) {
+AdditiveMasks<T> additive_masks(const textbook::PreparedMasks<T>& masks, std::size_t L, std::size_t S) {
   AdditiveMasks<T> m;
   if (masks.attn_mask) m.attn_mask = masks.attn_mask->data(), m.attn_mask_per_head = masks.attn_mask->shape(0) > 1;
   if (masks.key_padding_mask) m.key_padding_mask = masks.key_padding_mask->data();
@@ -231,17 +236,19 @@ std::optional<xt::xarray<T>> attend(const FastCall<T>& c, const AttentionProblem
   }
   if (opts.average_attn_weights && pb.dropout_p == 0) {
     // the mean over heads formed as the heads go, (N, L, S'), never the (N*H, L, S') weights
-    auto mean = xt::xarray<T>::from_shape(weights_shape(pb.N, pb.H, pb.L, pb.S, /*average=*/true, c.g.batched));
+    auto mean =
+        xt::xarray<T>::from_shape(textbook::weights_shape(pb.N, pb.H, pb.L, pb.S, /*average=*/true, c.g.batched));
     fast_attention_averaged(pb, mean.data());
     return mean;
   }
   if (opts.average_attn_weights) {                     // with dropout: head by head, drawing in the reference's order
     T* weights = c.ws.get(pb.N * pb.H * pb.L * pb.S);  // (N*H, L, S')
     fast_attention(pb, weights);
-    return output_weights(weights, pb.N, pb.H, pb.L, pb.S, /*average=*/true, c.g.batched);
+    return textbook::output_weights(weights, pb.N, pb.H, pb.L, pb.S, /*average=*/true, c.g.batched);
   }
   // (N, H, L, S') is the (N*H, L, S') weights in order: the kernels write them in place
-  auto weights = xt::xarray<T>::from_shape(weights_shape(pb.N, pb.H, pb.L, pb.S, /*average=*/false, c.g.batched));
+  auto weights =
+      xt::xarray<T>::from_shape(textbook::weights_shape(pb.N, pb.H, pb.L, pb.S, /*average=*/false, c.g.batched));
   fast_attention(pb, weights.data());
   return weights;
 }
@@ -265,14 +272,14 @@ public:
   ~Engine() = default;
 
   // Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2).
-  Output<T> forward(const Options& options, const Parameters<T>& params, const xt::xarray<T>& query,
-                    const xt::xarray<T>& key, const xt::xarray<T>& value, const Geometry& g, PreparedMasks<T> masks,
-                    const ForwardOptions<T>& opts, const StaticKV<T>& statics, AttentionPath path, double dropout_p,
-                    Generator& generator) {
+  Output<T> forward(const Options& options, const textbook::Parameters<T>& params, const xt::xarray<T>& query,
+                    const xt::xarray<T>& key, const xt::xarray<T>& value, const Geometry& g,
+                    textbook::PreparedMasks<T> masks, const ForwardOptions<T>& opts, const StaticKV<T>& statics,
+                    AttentionPath path, double dropout_p, Generator& generator) {
     const Sizes s(options);
     const std::size_t L = g.L, N = g.N, E = s.E;
     const std::size_t S = statics.k ? statics.k.S : g.S;  // the keys' length: static_k's when given
-    // The library's threads split the GEMMs' rows (:threads); below ~20 MFLOP a forward
+    // The library's threads split the GEMMs' rows (platform/threads.hpp); below ~20 MFLOP a forward
     // is over before a second thread would start.
     const double flops = 8.0 * double(L * N) * double(E * E) + 4.0 * double(N * L * S) * double(E);
     Workspace<T>& ws = Workspace<T>::of_this_thread();
@@ -286,7 +293,7 @@ public:
     if (options.add_bias_kv || options.add_zero_attn) extend_keys(c, options, params, statics, p, masks);
     const std::size_t S_total = S + options.add_bias_kv + options.add_zero_attn;  // S'
     // 7) the masks stay separate; the kernels add attn_mask(b, i, j) + key_padding_mask(n, j)
-    if (masks.causal_hint) masks.attn_mask = causal_attn_mask<T>(L, S_total);  // (1, L, S')
+    if (masks.causal_hint) masks.attn_mask = textbook::causal_attn_mask<T>(L, S_total);  // (1, L, S')
 
     // 8) attention per head, into the heads' columns of one buffer in the query's layout
     T* heads = ws.get(L * N * E);  // (L, N, E), or (N, L, E) batch_first
@@ -299,7 +306,7 @@ public:
                            L,
                            S_total,
                            s.D,
-                           {heads, g.query.row_stride(E), g.query.batch_stride(E), 0},
+                           {heads, row_stride_of(g.query, E), batch_stride_of(g.query, E), 0},
                            dropout_p,
                            &generator,
                            &ws.scratch,
@@ -318,10 +325,10 @@ public:
   }
 
   // W^T for `params`, made now if the weights changed since it was last made
-  // (:training_forward uses it too).
-  std::shared_ptr<const TransposedWeights<T>> transposed(const Parameters<T>& params) {
+  // (training_forward.hpp uses it too).
+  std::shared_ptr<const TransposedWeights<T>> transposed(const textbook::Parameters<T>& params) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    if (!transposed_ || transposed_->version != params.version)
+    if (!transposed_ || transposed_->version != params.version())
       transposed_ = std::make_shared<const TransposedWeights<T>>(params);
     return transposed_;
   }

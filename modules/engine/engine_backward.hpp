@@ -1,13 +1,13 @@
-// mha:engine_backward (internal) — the backward pass on GEMMs: backward()'s fast path.
+// modules/engine/engine_backward.hpp (internal) — the backward pass on GEMMs: backward()'s fast path.
 //
-// The same gradients as :reference_backward, from the same saved forward, with every
-// product a BLAS GEMM (detail::gemm of :linear) and the heads never copied apart: head
+// The same gradients as textbook/reference_backward.hpp, from the same saved forward, with every
+// product a BLAS GEMM (detail::gemm of platform/linear.hpp) and the heads never copied apart: head
 // b = n*H + h of an (L, N, E) tensor is the (L, D) matrix at column n*E + h*D with leading
 // dimension N*E, so merge_heads backward and split_heads backward are only strides, and
 // dQ, dK, dV are written straight into their (len, N, E) tensors. The heads run on the
 // library's threads, one (L, S') block of dP at a time, and the linear layers' GEMMs are
-// split by rows (:threads says when). The element-wise steps (dropout, softmax, the
-// weights' mean, bias_k/bias_v) are :gradients' own. Not exported:
+// split by rows (platform/threads.hpp says when). The element-wise steps (dropout, softmax, the
+// weights' mean, bias_k/bias_v) are textbook/gradients.hpp' own. Not exported:
 // MultiheadAttention::backward calls it unless AttentionPath::reference is set, and the
 // tests hold it to the reference.
 //
@@ -15,10 +15,39 @@
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, in / out = a linear
 // layer's input / output width.
 //
-// Included by modules/engine/engine.hpp, in its module purview: no module line of its own.
-// Uses :options, :parameters, :inputs, :attention, :in_projection, :linear, :threads, :workspace, :gradients, :reference_forward, :reference_backward.
+// Included by modules/engine.cppm, in its module purview: no module line of its own.
+// Uses textbook/options.hpp, textbook/parameters.hpp, textbook/inputs.hpp, textbook/attention.hpp, textbook/in_projection.hpp, platform/linear.hpp, platform/threads.hpp, platform/workspace.hpp, textbook/gradients.hpp, textbook/reference_forward.hpp, textbook/reference_backward.hpp.
 
 namespace mha::detail {
+
+// softmax backward of one row of S values (textbook::softmax_backward, a row at a time):  dS = P * (dP - rowsum(dP * P)).  d_scores may
+// be d_probabilities itself: the row's sum is taken before any of it is written.
+template <class T>
+void softmax_backward_row(const T* probabilities, const T* d_probabilities, T* d_scores, std::size_t S) {
+  T dot = 0;  // rowsum(dP * P)
+  for (std::size_t j = 0; j < S; ++j) dot += d_probabilities[j] * probabilities[j];
+  for (std::size_t j = 0; j < S; ++j) d_scores[j] = probabilities[j] * (d_probabilities[j] - dot);
+}
+
+// The gradient of attn_output_weights (textbook::output_weights_backward, a head at a time),
+// d_weights: (N, L, S) averaged or (N, H, L, S) per
+// head, without N unbatched.
+template <class T>
+void check_output_weights_gradient(const xt::xarray<T>& d_weights, std::size_t N, std::size_t H, std::size_t L,
+                                   std::size_t S, bool average) {
+  check(d_weights.size() == (average ? N : N * H) * L * S, "grad_attn_output_weights", "expected {} values, got {}",
+        (average ? N : N * H) * L * S, d_weights.size());
+}
+
+// Head b's share of it, (L, S) = LS values, added into d_head.
+template <class T>
+void add_output_weights_gradient(const xt::xarray<T>& d_weights, std::size_t b, std::size_t H, std::size_t LS,
+                                 bool average, T* d_head) {
+  if (average)
+    for (std::size_t x = 0; x < LS; ++x) d_head[x] += d_weights.data()[(b / H) * LS + x] / static_cast<T>(H);
+  else
+    for (std::size_t x = 0; x < LS; ++x) d_head[x] += d_weights.data()[b * LS + x];
+}
 
 // db = the sum of dY's rows, (rows, out) -> (out), row after row as the reference sums them.
 template <class T>
@@ -44,11 +73,11 @@ void linear_backward_into(const T* x, std::size_t rows, std::size_t in, const T*
 
 // The same into new tensors. x (len, N, in), dy (len, N, out)
 template <class T>
-LinearGradients<T> linear_backward_gemm(const xt::xtensor<T, 3>& x, const T* w, std::size_t out,
-                                        const xt::xtensor<T, 3>& dy, bool has_bias, int threads) {
+textbook::LinearGradients<T> linear_backward_gemm(const xt::xtensor<T, 3>& x, const T* w, std::size_t out,
+                                                  const xt::xtensor<T, 3>& dy, bool has_bias, int threads) {
   const std::size_t rows = x.shape(0) * x.shape(1), in = x.shape(2);
-  LinearGradients<T> g{xt::xtensor<T, 3>::from_shape({x.shape(0), x.shape(1), in}),
-                       xt::xtensor<T, 2>::from_shape({out, in}), std::nullopt};
+  textbook::LinearGradients<T> g{xt::xtensor<T, 3>::from_shape({x.shape(0), x.shape(1), in}),
+                                 xt::xtensor<T, 2>::from_shape({out, in}), std::nullopt};
   if (has_bias) g.bias = xt::xtensor<T, 1>::from_shape({out});
   linear_backward_into(x.data(), rows, in, w, out, dy.data(), g.input.data(), g.weight.data(),
                        g.bias ? g.bias->data() : nullptr, threads);
@@ -58,17 +87,21 @@ LinearGradients<T> linear_backward_gemm(const xt::xtensor<T, 3>& x, const T* w, 
 // The in-projection backward, one linear layer per use, against the weights where they
 // lie (rows of in_proj_weight, or q/k/v_proj_weight); per use, summed into objects later.
 template <class T>
-InProjectionGradients<T> in_projection_backward_gemm(const Parameters<T>& params, const SavedForward<T>& s,
-                                                     bool has_bias, const xt::xtensor<T, 3>& dq,
-                                                     const xt::xtensor<T, 3>& dk, const xt::xtensor<T, 3>& dv,
-                                                     int threads) {
+textbook::InProjectionGradients<T> in_projection_backward_gemm(const textbook::Parameters<T>& params,
+                                                               const SavedForward<T>& s, bool has_bias,
+                                                               const xt::xtensor<T, 3>& dq, const xt::xtensor<T, 3>& dk,
+                                                               const xt::xtensor<T, 3>& dv, int threads) {
   const std::size_t E = params.out_proj_weight.shape(0);
-  const T* w_q = params.packed ? params.in_proj_weight.data() : params.separate.w_q.data();
-  const T* w_k = params.packed ? params.in_proj_weight.data() + E * E : params.separate.w_k.data();
-  const T* w_v = params.packed ? params.in_proj_weight.data() + 2 * E * E : params.separate.w_v.data();
-  return in_projection_gradients(linear_backward_gemm(s.query, w_q, E, dq, has_bias, threads),
-                                 linear_backward_gemm(s.key, w_k, E, dk, has_bias, threads),
-                                 linear_backward_gemm(s.value, w_v, E, dv, has_bias, threads));
+  // W_q, W_k, W_v (E, E): rows of in_proj_weight at qkv_rows' first row, E wide
+  auto packed_rows = [&](std::size_t block) {
+    return params.in_proj_weight.data() + textbook::qkv_rows(block, E).first * E;
+  };
+  const T* w_q = params.packed ? packed_rows(0) : params.separate.w_q.data();
+  const T* w_k = params.packed ? packed_rows(1) : params.separate.w_k.data();
+  const T* w_v = params.packed ? packed_rows(2) : params.separate.w_v.data();
+  return textbook::in_projection_gradients(linear_backward_gemm(s.query, w_q, E, dq, has_bias, threads),
+                                           linear_backward_gemm(s.key, w_k, E, dk, has_bias, threads),
+                                           linear_backward_gemm(s.value, w_v, E, dv, has_bias, threads));
 }
 
 // What every head's backward reads and where it writes. Head b = n*H + h of an (len, N, E)
@@ -107,10 +140,11 @@ void head_backward(const HeadsBackward<T>& c, std::size_t b, T* d_scores) {
     gemm<T>(/*trans_a=*/true, /*trans_b=*/false, c.S_keys, D, L, T(1), s.weights_after_dropout().data() + b * LS, S,
             d_out, NE, T(0), c.dv + out_column, ld);
   if (c.d_weights) add_output_weights_gradient(*c.d_weights, b, c.H, LS, s.average_attn_weights, d_scores);
-  if (s.dropout_mask) apply_dropout_mask(d_scores, s.dropout_mask->data() + b * LS, LS, dropout_scale<T>(s.dropout_p));
+  if (s.dropout_mask)
+    apply_dropout_mask(d_scores, s.dropout_mask->data() + b * LS, LS, textbook::dropout_scale<T>(s.dropout_p));
   for (std::size_t i = 0; i < L; ++i)
     softmax_backward_row(s.probabilities.data() + b * LS + i * S, d_scores + i * S, d_scores + i * S, S);
-  const T scale = attention_scale<T>(D);
+  const T scale = textbook::attention_scale<T>(D);
   // (L, S') x (S', D) -> (L, D)
   gemm<T>(/*trans_a=*/false, /*trans_b=*/false, L, D, S, scale, d_scores, S, k, D, T(0), c.dq + out_column, ld);
   // (S', L) x (L, D) -> (S', D), rows [0, S_keys)
@@ -134,7 +168,7 @@ const T* sequence_first_rows(const xt::xarray<T>& x, bool batch_first, Workspace
 // library's threads (each with an (L, S') scratch of its own), the linear layers' GEMMs
 // split by rows.
 template <class T>
-Gradients<T> fast_backward(const Options& options, const Parameters<T>& params, const SavedForward<T>& s,
+Gradients<T> fast_backward(const Options& options, const textbook::Parameters<T>& params, const SavedForward<T>& s,
                            const xt::xarray<T>& grad_attn_output,
                            const std::optional<xt::xarray<T>>& grad_attn_output_weights) {
   const std::size_t H = static_cast<std::size_t>(options.num_heads), L = s.L, N = s.N, B = N * H;
@@ -145,7 +179,7 @@ Gradients<T> fast_backward(const Options& options, const Parameters<T>& params, 
   Gradients<T> out;
 
   // The intermediate gradients (dY in sequence-first order, dO, [dq | dk | dv], each
-  // worker's dP) live in this thread's buffers, kept between calls (:workspace); only
+  // worker's dP) live in this thread's buffers, kept between calls (platform/workspace.hpp); only
   // the gradients returned are new tensors, each written once where it is returned.
   Workspace<T>& ws = Workspace<T>::of_this_thread();
 
@@ -217,15 +251,15 @@ Gradients<T> fast_backward(const Options& options, const Parameters<T>& params, 
 
   // 4) bias_k, bias_v: the appended position's gradient, summed over the batch
   if (options.add_bias_kv) {
-    auto bk = append_bias_backward(dk), bv = append_bias_backward(dv);
+    auto bk = textbook::append_bias_backward(dk), bv = textbook::append_bias_backward(dv);
     dk = std::move(bk.input), dv = std::move(bv.input);  // (S, N, E)
     out.parameters["bias_k"] = bk.bias, out.parameters["bias_v"] = bv.bias;
   }
 
   // 3) in-projection, one use at a time; 1) one gradient per input object
   auto in = in_projection_backward_gemm(params, s, has_bias, dq, dk, dv, threads);
-  store_in_projection_gradients(params, in.weights, out);
-  gradients_per_object(s, in, out);
+  textbook::store_in_projection_gradients(params, in.weights, out);
+  textbook::gradients_per_object(s, in, out);
   return out;
 }
 

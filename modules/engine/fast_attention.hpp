@@ -1,29 +1,29 @@
-// mha:fast_attention — the attention of every batch-head as two GEMMs and one softmax pass.
+// modules/engine/fast_attention.hpp — the attention of every batch-head as two GEMMs and one softmax pass.
 //
-// The same mathematics as :attention (scaled_dot_product_attention), arranged for speed:
+// The same mathematics as textbook/attention.hpp (scaled_dot_product_attention), arranged for speed:
 //   - q, k and v stay where the in-projection put them, in (L, N, E) or (L, N, 3E)
 //     buffers; a head is a strided view into them (leading dimension N*E or N*3E);
 //   - scores = q_h . k_h^T is a GEMM on those views, output = P . v_h one on v_h's rows
 //     copied next to each other (contiguous_values: S*D values, read faster); for float
-//     on AVX-512 both run on :attention_tiles instead, k_h^T copied once per head too, in
+//     on AVX-512 both run on attention_tiles.hpp instead, k_h^T copied once per head too, in
 //     blocks of query rows whose scores stay in L2;
 //   - the mask add, the row maximum, exp and the normalisation are one pass per row,
 //     the mask read from attn_mask and key_padding_mask as given, never merged into a
 //     (N*H, L, S) tensor; when the weights are not returned, the division by the row's
 //     sum is left to the D entries of each row of P . v instead of the S entries of P;
-//   - batch-heads run on the library's threads (:threads); for weights averaged over
+//   - batch-heads run on the library's threads (platform/threads.hpp); for weights averaged over
 //     heads, blocks of query rows do, each through every head, adding to the mean as it
 //     goes, so that the (N*H, L, S) weights are never formed.
-// The problem's types are in :attention_problem, the row kernels in :softmax_kernels.
+// The problem's types are in attention_problem.hpp, the row kernels in softmax_kernels.hpp.
 // It mirrors the math branch of torch/nn/functional.py (multi_head_attention_forward)
-// and is not a new algorithm; :flash_attention is the one that never forms P.
+// and is not a new algorithm; flash_attention.hpp is the one that never forms P.
 // Internal: forward() picks it through AttentionPath::fast.
 //
 // Legend: L = target length, S = source length (with bias_k and the zero key, if any),
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, b = n*H + h.
 //
-// Included by modules/engine/engine.hpp, in its module purview: no module line of its own.
-// Uses :random, :threads, :linear, :attention_problem, :softmax_kernels, :attention_tiles.
+// Included by modules/engine.cppm, in its module purview: no module line of its own.
+// Uses textbook/random.hpp, platform/threads.hpp, platform/linear.hpp, attention_problem.hpp, softmax_kernels.hpp, attention_tiles.hpp.
 
 namespace mha::detail {
 
@@ -64,7 +64,7 @@ struct ExpRows {
 // 4 MiB, so the scratch stays bounded however long the sequences. A block smaller than the
 // head costs a library GEMM a new copy of k and v for each block; at L = S = 1024 in float
 // a head still fits whole, and splitting it to fit a 1 MiB L2 cache measured slower here.
-// On the tiles (:attention_tiles), k and v are copied once per head, and a block's scores
+// On the tiles (attention_tiles.hpp), k and v are copied once per head, and a block's scores
 // take at most 256 KiB, to stay in L2 from q . k^T through the softmax to P . v.
 template <class T>
 std::size_t rows_per_block(std::size_t L, std::size_t S, bool tiles = false) {

@@ -1,4 +1,4 @@
-// mha:flash_attention — attention without the attention matrix: tiles and an online softmax.
+// modules/engine/flash_attention.hpp — attention without the attention matrix: tiles and an online softmax.
 //
 // softmax(s) . v for one query row needs, besides v, only three running values over the
 // keys seen so far: the maximum m, the sum l = sum_j exp(s_j - m), and the weighted sum
@@ -7,15 +7,15 @@
 // formed one (Tq, Tk) tile at a time and the (N*H, L, S) weights never exist: extra
 // memory is one tile of scores and two numbers per query row, per thread.
 // This is FlashAttention (Dao et al., 2022) on the CPU, with GEMMs for the tiles; see
-// docs/online-softmax.md. PyTorch has no counterpart in torch/nn/functional.py (its
+// docs/16-online-softmax.md. PyTorch has no counterpart in torch/nn/functional.py (its
 // scaled_dot_product_attention kernels do the same on GPUs). Internal: forward() picks it
 // through AttentionPath::memory_efficient, and only when need_weights is false.
 //
 // Legend: L = target length, S = source length (with bias_k and the zero key, if any),
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, Tq, Tk = tile sizes.
 //
-// Included by modules/engine/engine.hpp, in its module purview: no module line of its own.
-// Uses :random, :threads, :linear, :attention, :attention_problem, :softmax_kernels.
+// Included by modules/engine.cppm, in its module purview: no module line of its own.
+// Uses textbook/random.hpp, platform/threads.hpp, platform/linear.hpp, textbook/attention.hpp, attention_problem.hpp, softmax_kernels.hpp.
 
 namespace mha::detail {
 
@@ -69,7 +69,7 @@ struct TileRows {
 };
 
 // Mask and online softmax update of every row of a tile: the kernel that
-// run_for_this_cpu (:softmax_kernels) compiles once per SIMD level.
+// run_for_this_cpu (softmax_kernels.hpp) compiles once per SIMD level.
 struct OnlineSoftmaxTile {
   template <class T>
   [[gnu::always_inline]] static void run(const AdditiveMasks<T>& masks, const TileRows<T>& t, OnlineSoftmax<T>& state) {
@@ -93,7 +93,7 @@ void attend_query_tile(const AttentionProblem<T>& pb, std::size_t b, std::size_t
   const T* q = pb.q.head(n, h, D) + i0 * pb.q.row_stride;
   T* out = pb.out.head(n, h, D) + i0 * ldo;  // (rows, D) with leading dimension N*E (or E batch_first)
   for (std::size_t i = 0; i < rows; ++i) std::fill(out + i * ldo, out + i * ldo + D, T(0));
-  const T keep_scale = dropout_scale<T>(pb.dropout_p);
+  const T keep_scale = textbook::dropout_scale<T>(pb.dropout_p);
   const T* padding = pb.masks.padding_row(n);
   OnlineSoftmax<T> state(rows);
   for (std::size_t j0 = 0; j0 < S; j0 += key_tile) {

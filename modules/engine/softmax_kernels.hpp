@@ -1,16 +1,16 @@
-// mha:softmax_kernels (internal) — the softmax of one row of scores, fast, and the SIMD
+// modules/engine/softmax_kernels.hpp (internal) — the softmax of one row of scores, fast, and the SIMD
 // level it runs at.
 //
-// The same mathematics as softmax_last_dim in :attention, arranged for speed: the mask add
+// The same mathematics as softmax_last_dim in textbook/attention.hpp, arranged for speed: the mask add
 // and the row maximum are one pass, exp and the sum a second, the normalisation a third,
 // each written so that the compiler vectorises it. exp is Cephes' expf, inlined, because a
 // library call per element would not vectorise. The kernels are compiled three times, for
 // baseline x86-64 (SSE2, 4 floats a vector), AVX2 + FMA (8) and AVX-512 (16), and
-// run_for_this_cpu() picks one at run time (:cpu): the library stays buildable and
+// run_for_this_cpu() picks one at run time (platform/cpu.hpp): the library stays buildable and
 // runnable on any x86-64.
 //
-// Included by modules/engine/engine.hpp, in its module purview: no module line of its own.
-// Uses :cpu, :random, :attention.
+// Included by modules/engine.cppm, in its module purview: no module line of its own.
+// Uses platform/cpu.hpp, textbook/random.hpp, textbook/attention.hpp.
 
 namespace mha::detail {
 
@@ -99,7 +99,7 @@ template <class T>
 
 // Mask add and exp of one row of scores, in place, without the division: row[j] =
 // exp(row[j] + mask[j] - max), returning the row's sum, by which the caller divides where
-// it is cheapest (masked_softmax_row divides the row; :fast_attention the row of P . v).
+// it is cheapest (masked_softmax_row divides the row; fast_attention.hpp the row of P . v).
 // A row whose every score is -inf gives NaN, as torch.softmax: -inf - (-inf) = NaN.
 template <class T>
 [[gnu::always_inline]] inline T masked_exp_row(T* row, std::size_t n, const T* attn, const T* padding) {
@@ -119,7 +119,7 @@ template <class T>
 }
 
 // masked_softmax_row, each weight also added to total[j]: the running sum over heads of
-// the weights averaged over heads (:fast_attention), in the pass that writes them.
+// the weights averaged over heads (fast_attention.hpp), in the pass that writes them.
 template <class T>
 [[gnu::always_inline]] inline void masked_softmax_row_added_to(T* row, std::size_t n, const T* attn, const T* padding,
                                                                T* total) {
@@ -133,10 +133,10 @@ template <class T>
 }
 
 // Dropout on one row of weights, drawing in the reference's order (row by row), with
-// the reference's keep scale (dropout_scale in :attention).
+// the reference's keep scale (dropout_scale in textbook/attention.hpp).
 template <class T>
 void dropout_row(T* row, std::size_t n, double p, Generator& generator) {
-  const T scale = dropout_scale<T>(p);
+  const T scale = textbook::dropout_scale<T>(p);
   // Multiplied by 0 or 1 / (1 - p), as PyTorch's dropout does: a dropped NaN stays NaN.
   for (std::size_t j = 0; j < n; ++j) row[j] *= generator.bernoulli(p) ? T(0) : scale;
 }
@@ -154,7 +154,7 @@ template <class Kernel, class... Args>
 }
 #endif
 
-// Kernel::run(args...) at the best SIMD level this CPU runs (or a test allows, :cpu).
+// Kernel::run(args...) at the best SIMD level this CPU runs (or a test allows, platform/cpu.hpp).
 template <class Kernel, class... Args>
 void run_for_this_cpu(Args&&... args) {
 #if defined(__x86_64__)

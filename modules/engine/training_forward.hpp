@@ -1,28 +1,28 @@
-// mha:training_forward (internal) — forward_for_backward() on the engine: the fast
+// modules/engine/training_forward.hpp (internal) — forward_for_backward() on the engine: the fast
 // forward, keeping what the backward needs.
 //
 // A training step is a forward that keeps its intermediates, then the backward. PyTorch's
 // autograd keeps, for multi_head_attention_forward's math branch: the inputs, q, k and v
 // split into heads, the softmax P, the dropout mask, and the heads merged again (out_proj's
-// input). The reference forward (:reference_forward) keeps the same in SavedForward, one
-// plain loop nest per step; this is the same forward arranged as :engine arranges it:
+// input). The reference forward (textbook/reference_forward.hpp) keeps the same in SavedForward, one
+// plain loop nest per step; this is the same forward arranged as mha:engine arranges it:
 //   - step 3 is the engine's projection: one (L*N, E) x (E, 3E) GEMM for self-attention
-//     on the packed weight, q scaled by sqrt(1/D) in its buffer (:engine);
+//     on the packed weight, q scaled by sqrt(1/D) in its buffer (mha:engine);
 //   - q, k and v are copied once into (N*H, len, D) heads, as SavedForward holds them, and
 //     bias_k and the zero key land in that copy (steps 4 and 6);
 //   - per batch-head, on the library's threads: the scores as one GEMM into P's own slot,
-//     the masks added and the softmax taken in the engine's row kernels (:softmax_kernels),
+//     the masks added and the softmax taken in the engine's row kernels (softmax_kernels.hpp),
 //     dropout from a mask drawn up front in the reference's order, then P . v as one GEMM
 //     straight into the head's columns of the merged (L, N, E) tensor;
 //   - out_proj is one GEMM on the merged heads.
 // Without dropout, P is kept once: the weights after dropout are P itself
-// (SavedForward::weights_after_dropout). :engine_backward then runs on what this keeps.
+// (SavedForward::weights_after_dropout). engine_backward.hpp then runs on what this keeps.
 //
 // Legend: L = target length, S = source length, S' = S with bias_k and the zero key,
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, b = n*H + h.
 //
-// Included by modules/engine/engine.hpp, in its module purview: no module line of its own.
-// Uses :random, :threads, :workspace, :options, :parameters, :inputs, :masks, :attention, :linear, :attention_problem, :softmax_kernels, :fast_attention, :reference_forward, :engine.
+// Included by modules/engine.cppm, in its module purview: no module line of its own.
+// Uses textbook/random.hpp, platform/threads.hpp, platform/workspace.hpp, textbook/options.hpp, textbook/parameters.hpp, textbook/inputs.hpp, textbook/masks.hpp, textbook/attention.hpp, platform/linear.hpp, attention_problem.hpp, softmax_kernels.hpp, fast_attention.hpp, textbook/reference_forward.hpp, mha:engine.
 
 namespace mha::detail {
 
@@ -71,7 +71,7 @@ void head_forward(SavedForward<T>& s, const StridedHeads<const T>& q_scaled, con
   if (s.dropout_mask) {
     T* dropped = s.weights.data() + b * LS;
     std::copy_n(p, LS, dropped);
-    apply_dropout_mask(dropped, s.dropout_mask->data() + b * LS, LS, dropout_scale<T>(s.dropout_p));
+    apply_dropout_mask(dropped, s.dropout_mask->data() + b * LS, LS, textbook::dropout_scale<T>(s.dropout_p));
     weights = dropped;
   }
   // (L, S') x (S', D) -> (L, D), at column n*E + h*D of (L, N, E)
@@ -82,10 +82,10 @@ void head_forward(SavedForward<T>& s, const StridedHeads<const T>& q_scaled, con
 // Steps 3 to 10 of forward(), keeping in `s` what backward() needs, as reference_forward
 // keeps it. training_forward_applies() must hold.
 template <class T>
-Output<T> training_forward(Engine<T>& engine, const Options& options, const Parameters<T>& params,
+Output<T> training_forward(Engine<T>& engine, const Options& options, const textbook::Parameters<T>& params,
                            const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
-                           const Geometry& g, PreparedMasks<T> masks, const ForwardOptions<T>& opts, double dropout_p,
-                           Generator& generator, SavedForward<T>& s) {
+                           const Geometry& g, textbook::PreparedMasks<T> masks, const ForwardOptions<T>& opts,
+                           double dropout_p, Generator& generator, SavedForward<T>& s) {
   const Sizes sizes(options);
   const std::size_t L = g.L, S = g.S, N = g.N, E = sizes.E, H = sizes.H, D = sizes.D, B = N * H;
   const std::size_t S_total = S + options.add_bias_kv + options.add_zero_attn;  // S'
@@ -107,7 +107,7 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const Para
   for (std::size_t i = 0; i < S_total - S; ++i) masks.pad_for_extra_key();
   scale_query(c, p.q);
   // 7) the masks stay separate, added in the softmax's row kernel; the causal hint made full
-  if (masks.causal_hint) masks.attn_mask = causal_attn_mask<T>(L, S_total);  // (1, L, S')
+  if (masks.causal_hint) masks.attn_mask = textbook::causal_attn_mask<T>(L, S_total);  // (1, L, S')
 
   // what the backward reads, as reference_forward keeps it
   s = SavedForward<T>{};
@@ -115,16 +115,17 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const Para
   s.query_is_key = &query == &key, s.key_is_value = &key == &value, s.query_is_value = &query == &value;
   s.L = L, s.S = S, s.N = N;
   s.need_weights = opts.need_weights, s.average_attn_weights = opts.average_attn_weights;
-  s.weights_shape = weights_shape(N, H, L, S_total, opts.average_attn_weights, g.batched);
-  s.query = to_seq_first_batched(query, batch_first);  // (L, N, E)
-  s.key = to_seq_first_batched(key, batch_first);      // (S, N, Ek)
-  s.value = to_seq_first_batched(value, batch_first);  // (S, N, Ev)
+  s.weights_shape = textbook::weights_shape(N, H, L, S_total, opts.average_attn_weights, g.batched);
+  s.query = textbook::to_seq_first_batched(query, batch_first);  // (L, N, E)
+  s.key = textbook::to_seq_first_batched(key, batch_first);      // (S, N, Ek)
+  s.value = textbook::to_seq_first_batched(value, batch_first);  // (S, N, Ev)
   s.qh = std::move(qh), s.kh = std::move(kh), s.vh = std::move(vh);
   s.probabilities = xt::xtensor<T, 3>::from_shape({B, L, S_total});
   // dropout: the mask given, or drawn now over all of (N*H, L, S') in the reference's order
   s.dropout_p = dropout_p;
   s.dropout_mask = opts.dropout_mask;
-  if (dropout_p > 0 && !s.dropout_mask) s.dropout_mask = draw_dropout_mask({B, L, S_total}, dropout_p, generator);
+  if (dropout_p > 0 && !s.dropout_mask)
+    s.dropout_mask = textbook::draw_dropout_mask({B, L, S_total}, dropout_p, generator);
   if (s.dropout_mask) s.weights = xt::xtensor<T, 3>::from_shape({B, L, S_total});
   s.merged = xt::xtensor<T, 3>::from_shape({L, N, E});
 
@@ -147,15 +148,15 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const Para
   if (batch_first) {
     auto attn_output = xt::xtensor<T, 3>::from_shape({L, N, E});
     out_proj(attn_output.data());
-    out.attn_output = caller_layout(attn_output, g.batched, options.batch_first);
+    out.attn_output = textbook::caller_layout(attn_output, g.batched, options.batch_first);
   } else {
     out.attn_output = xt::xarray<T>::from_shape(query.shape());  // (L, N, E), or (L, E) unbatched
     out_proj(out.attn_output.data());
   }
   ws.keep_within_limit();  // nothing points into the buffers any more
   if (opts.need_weights)
-    out.attn_output_weights =
-        output_weights(s.weights_after_dropout().data(), N, H, L, S_total, opts.average_attn_weights, g.batched);
+    out.attn_output_weights = textbook::output_weights(s.weights_after_dropout().data(), N, H, L, S_total,
+                                                       opts.average_attn_weights, g.batched);
   s.output_shape.assign(out.attn_output.shape().begin(), out.attn_output.shape().end());
   return out;
 }

@@ -1,15 +1,15 @@
-// mha.golden:cases — golden cases written by PyTorch: case.json and the case's tensors.
+// modules/golden/cases.hpp — cases — golden cases written by PyTorch: case.json and the case's tensors.
 //
 // A case is a folder with case.json and .npy tensors, in the format of
 // golden/FORMAT.md: the module's options, its parameters under PyTorch's state_dict
 // names, the forward inputs, and what PyTorch returned (version 1); with the upstream
 // gradients, the dropout mask drawn and PyTorch's gradients too (version 2). This
-// file finds case folders, reads case.json (every field checked, :case_json) and
+// file finds case folders, reads case.json (every field checked, case_json.hpp) and
 // loads a case's tensors (through mha.io's .npy reader). Running and comparing are in
-// :check.
+// check.hpp.
 //
 // Included by modules/golden.cppm, in its module purview: no module line of its own.
-// Uses mha, mha.io, :case_json.
+// Uses mha, mha.io, case_json.hpp.
 
 export namespace mha {
 

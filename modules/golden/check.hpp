@@ -1,4 +1,4 @@
-// mha.golden:check — running a golden case, and comparing with what PyTorch returned.
+// modules/golden/check.hpp — check — running a golden case, and comparing with what PyTorch returned.
 //
 // Builds the module a case describes, runs every variant (packed, and separate after
 // splitting), and compares each expected tensor within the case's tolerance
@@ -8,7 +8,7 @@
 // case is one FAIL line.
 //
 // Included by modules/golden.cppm, in its module purview: no module line of its own.
-// Uses mha, :cases.
+// Uses mha, cases.hpp.
 
 export namespace mha {
 
@@ -122,7 +122,7 @@ std::map<std::string, xt::xarray<T>> expected_gradients(const Case<T>& c, bool p
   auto expected = c.expected_gradients;
   if (const auto it = expected.find("in_proj_weight"); it != expected.end() && !packed) {
     const xt::xtensor<T, 2> w = it->second;
-    const auto blocks = split_packed(w, std::optional<xt::xtensor<T, 1>>{});
+    const auto blocks = textbook::split_packed(w, std::optional<xt::xtensor<T, 1>>{});
     expected.erase(it);
     expected.emplace("q_proj_weight", blocks.w_q), expected.emplace("k_proj_weight", blocks.w_k);
     expected.emplace("v_proj_weight", blocks.w_v);

@@ -1,4 +1,4 @@
-// mha.io:attention_layers — the nn.MultiheadAttention layers in a model's weights.
+// modules/io/attention_layers.hpp — attention_layers — the nn.MultiheadAttention layers in a model's weights.
 //
 // A layer is found by PyTorch's key names: a prefix P ("transformer_encoder.layers.0.
 // self_attn.") with P + "out_proj.weight" and P + "in_proj_weight" (packed) or
@@ -7,7 +7,7 @@
 // (3E, E) for every H that divides E, so the caller gives it.
 //
 // Layers are found in a state_dict in memory (StateDict<T>), or in a checkpoint
-// (:checkpoint) from its headers alone: listing and describing the layers of a file reads
+// (checkpoint.hpp) from its headers alone: listing and describing the layers of a file reads
 // no tensor data, and loading one layer reads that layer's tensors only. A layer can then
 // be loaded as a module, or split into W_q, W_k, W_v, b_q, b_k, b_v with the rows each
 // came from.
@@ -15,7 +15,7 @@
 // Legend: E = embed_dim.
 //
 // Included by modules/io.cppm, in its module purview: no module line of its own.
-// Uses mha, :npy, :checkpoint.
+// Uses mha, npy.hpp, checkpoint.hpp.
 
 export namespace mha {
 

@@ -1,4 +1,4 @@
-// mha.io:checkpoint — a trained model's weights, opened by their headers.
+// modules/io/checkpoint.hpp — checkpoint — a trained model's weights, opened by their headers.
 //
 // A checkpoint is a .safetensors file or a folder of .npy files named by state_dict keys.
 // open_checkpoint reads only the headers (the safetensors header, or each .npy file's),
@@ -7,7 +7,7 @@
 // then reads the one tensor asked for, from its offset in the file.
 //
 // Included by modules/io.cppm, in its module purview: no module line of its own.
-// Uses mha, :dtypes, :npy, :safetensors, :npy_folder.
+// Uses mha, dtypes.hpp, npy.hpp, safetensors.hpp, npy_folder.hpp.
 
 export namespace mha {
 

@@ -1,7 +1,7 @@
-// mha.io:layouts — other models' fused or separate Q/K/V weights, to and from PyTorch's.
+// modules/io/layouts.hpp — layouts — other models' fused or separate Q/K/V weights, to and from PyTorch's.
 //
 // PyTorch's nn.MultiheadAttention keeps the in-projection as in_proj_weight (3E, E) =
-// [W_q; W_k; W_v] with y = x W^T + b (see mha's :in_projection). Other model families
+// [W_q; W_k; W_v] with y = x W^T + b (see mha's textbook/in_projection.hpp). Other model families
 // store the same three matrices differently. Each pair of functions here converts one
 // such layout to PyTorch's state_dict names (in_proj_weight, in_proj_bias,
 // out_proj.weight, out_proj.bias) and back, with nothing but transposes, reshapes and
@@ -14,7 +14,7 @@
 //   from_llama / to_llama                Llama q_proj, k_proj, v_proj, o_proj (Hkv <= H)
 //   from_onnx_attention / to_onnx_attention   ONNX Runtime com.microsoft.Attention
 //
-// The formulas, with the source of each, are in docs/weights.md. A layout's tensors are
+// The formulas, with the source of each, are in docs/13-weights.md. A layout's tensors are
 // passed under the names its checkpoints use after the layer's prefix ("c_attn.weight"
 // for "h.0.attn.c_attn.weight"); keys a conversion does not need (BERT's
 // output.LayerNorm.*, say) are not read. Only the attention's weights are converted: a

@@ -1,13 +1,13 @@
-// mha.io:npy — reading and writing NumPy .npy files (format 1.0, 2.0 and 3.0).
+// modules/io/npy.hpp — npy — reading and writing NumPy .npy files (format 1.0, 2.0 and 3.0).
 //
 // The golden tensors PyTorch wrote with numpy.save come in through here. The reader
 // trusts nothing in the file: the magic string, the header, the dtype, the shape and
-// the data size are all checked before a byte of data is used (:npy_header), and every
+// the data size are all checked before a byte of data is used (npy_header.hpp), and every
 // problem is an mha::Error naming the file. Only little-endian, C-order arrays are
 // accepted. This is not a general NumPy reader: no structured dtypes, no pickled objects.
 //
 // Included by modules/io.cppm, in its module purview: no module line of its own.
-// Uses mha, :dtypes, :npy_header.
+// Uses mha, dtypes.hpp, npy_header.hpp.
 
 export namespace mha {
 

@@ -1,13 +1,13 @@
-// mha.io:npy_folder — a folder of .npy files named by state_dict keys, as one set of weights.
+// modules/io/npy_folder.hpp — npy_folder — a folder of .npy files named by state_dict keys, as one set of weights.
 //
 // The file name without ".npy" is the key: "in_proj_weight.npy", "out_proj.weight.npy",
 // "layers.0.self_attn.in_proj_weight.npy". A folder is listed by the files' headers
-// alone (:npy_header), so that the keys, dtypes and shapes are known before any data is
+// alone (npy_header.hpp), so that the keys, dtypes and shapes are known before any data is
 // read; then only the files asked for are read whole. As in a .safetensors file, integer
 // and bool arrays (a golden case's masks, say) are not weights and are left out.
 //
 // Included by modules/io.cppm, in its module purview: no module line of its own.
-// Uses mha, :dtypes, :npy_header, :npy.
+// Uses mha, dtypes.hpp, npy_header.hpp, npy.hpp.
 
 namespace mha::detail {
 

@@ -1,4 +1,4 @@
-// mha.io:npy_header — (internal) the header of a .npy file, read and checked.
+// modules/io/npy_header.hpp — npy_header — (internal) the header of a .npy file, read and checked.
 //
 // A .npy file (numpy/lib/format.py) is
 //
@@ -16,7 +16,7 @@
 // Not part of the API: not exported, namespace mha::detail.
 //
 // Included by modules/io.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :dtypes, :file_bytes.
+// Uses mha.core, dtypes.hpp, file_bytes.hpp.
 
 namespace mha::detail {
 

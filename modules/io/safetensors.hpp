@@ -1,4 +1,4 @@
-// mha.io:safetensors — .safetensors files, the format PyTorch users save state_dicts in.
+// modules/io/safetensors.hpp — safetensors — .safetensors files, the format PyTorch users save state_dicts in.
 //
 //   [8 bytes]  n, the header length, an unsigned little-endian integer
 //   [n bytes]  a JSON object: for each tensor name {"dtype": "F32", "shape": [3, 4],
@@ -8,7 +8,7 @@
 //              [begin, end) counted from the start of this section
 //
 // A file is opened by its header alone: read_safetensors reads the 8 + n bytes, checks
-// every entry against the file's size (:safetensors_header: the header length, each
+// every entry against the file's size (safetensors_header.hpp: the header length, each
 // dtype, shape and size, and offsets that tile the data section exactly), and keeps where
 // each tensor lies. A tensor's bytes are read from its offset only when it is asked for
 // (read_tensor, tensor<T>), so listing a checkpoint of gigabytes reads a few kilobytes.
@@ -22,7 +22,7 @@
 // parameters round-trip.
 //
 // Included by modules/io.cppm, in its module purview: no module line of its own.
-// Uses mha, :dtypes, :file_bytes, :safetensors_header.
+// Uses mha, dtypes.hpp, file_bytes.hpp, safetensors_header.hpp.
 
 export namespace mha {
 

@@ -1,4 +1,4 @@
-// mha.io:safetensors_header — (internal) the header of a .safetensors file, checked.
+// modules/io/safetensors_header.hpp — safetensors_header — (internal) the header of a .safetensors file, checked.
 //
 // A .safetensors file is
 //
@@ -19,7 +19,7 @@
 // Not part of the API: not exported, namespace mha::detail.
 //
 // Included by modules/io.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :dtypes.
+// Uses mha.core, dtypes.hpp.
 
 namespace mha::detail {
 

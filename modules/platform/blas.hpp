@@ -1,4 +1,4 @@
-// mha:blas — which OpenBLAS kernel runs the GEMMs, and getting the best one this CPU has.
+// modules/platform/blas.hpp — which OpenBLAS kernel runs the GEMMs, and getting the best one this CPU has.
 //
 // Debian's OpenBLAS is one library with a kernel per CPU family inside (DYNAMIC_ARCH).
 // When it loads, it picks one by the CPU's model number, from a table fixed when that
@@ -8,7 +8,7 @@
 //
 // Importing the library changes nothing here: OpenBLAS runs the kernel it picked, or the
 // one OPENBLAS_CORETYPE names. use_best_blas_kernel() is the explicit step that compares
-// that kernel with the CPU's real features (:cpu) and, if the CPU can run a better family,
+// that kernel with the CPU's real features (cpu.hpp) and, if the CPU can run a better family,
 // has OpenBLAS load that one through its own start-up path (gotoblas_dynamic_init, which
 // reads OPENBLAS_CORETYPE; the variable is set for that call and then restored). The
 // project's tools, tutorials and benchmarks call it first thing in main(). It changes the
@@ -21,7 +21,7 @@
 // the last bits, as any two CPUs do. blas_kernel() says which one runs and why.
 //
 // Included by modules/platform.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :cpu.
+// Uses mha.core, cpu.hpp.
 
 // OpenBLAS's own functions, declared here rather than through cblas.h (which clashes with
 // the BLAS declarations xtensor-blas bundles). The start-up pair exists only in OpenBLAS
@@ -41,7 +41,7 @@ struct BlasKernel {
 
 // The vector instruction set an OpenBLAS 0.3.x kernel family is written for; nullopt for
 // a name this table does not know (a newer OpenBLAS's: then it is left alone).
-// inline for its static: see cpu_simd_level() in :cpu.
+// inline for its static: see cpu_simd_level() in cpu.hpp.
 inline std::optional<SimdLevel> blas_kernel_simd_level(std::string_view name) {
   static const std::map<std::string, SimdLevel, std::less<>> levels{
       {"SkylakeX", SimdLevel::avx512}, {"Cooperlake", SimdLevel::avx512}, {"SapphireRapids", SimdLevel::avx512},
@@ -108,7 +108,7 @@ bool reload_blas_kernel(const std::string& kernel) {
 }
 
 // What the library knows of the kernel: the one OpenBLAS runs, and who chose it. inline
-// for its static: see cpu_simd_level() in :cpu.
+// for its static: see cpu_simd_level() in cpu.hpp.
 inline BlasKernel& blas_kernel_record() {
   static BlasKernel kernel{current_blas_kernel(),
                            std::getenv("OPENBLAS_CORETYPE") != nullptr ? "OPENBLAS_CORETYPE" : "OpenBLAS"};

@@ -1,8 +1,8 @@
-// mha:cpu — what this CPU can run: the SIMD levels the kernels and the BLAS choice ask for.
+// modules/platform/cpu.hpp — what this CPU can run: the SIMD levels the kernels and the BLAS choice ask for.
 //
 // One place answers "does this CPU run AVX2 + FMA? AVX-512?", for the softmax kernels
 // (compiled three times and picked at run time) and for picking OpenBLAS's kernel
-// (:blas). The answers come from the CPU itself (cpuid, and the operating system's
+// (blas.hpp). The answers come from the CPU itself (cpuid, and the operating system's
 // XSAVE state through the compiler's __builtin_cpu_supports), never from its model name,
 // so a CPU newer than any table still gets what its features allow.
 //
@@ -69,7 +69,7 @@ bool has_avx512() { return kernel_simd_level() >= SimdLevel::avx512; }
 
 export namespace mha::testing {
 
-// For tests: has the softmax kernels (:softmax_kernels) run at `level` at most, so that
+// For tests: has the softmax kernels (engine/softmax_kernels.hpp) run at `level` at most, so that
 // one machine with AVX-512 runs the AVX2 and the SSE2 builds of every kernel too.
 // Returns the limit it replaces. Process-wide: set it while no forward runs. A level
 // above this CPU's is never used (the CPU's own is).

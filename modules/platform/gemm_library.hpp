@@ -1,4 +1,4 @@
-// mha:gemm_library — which library multiplies the float matrices: oneDNN or OpenBLAS.
+// modules/platform/gemm_library.hpp — which library multiplies the float matrices: oneDNN or OpenBLAS.
 //
 // OpenBLAS is the library's BLAS: every double GEMM, every small one, and every GEMM of a
 // build without oneDNN. oneDNN (Intel's deep
@@ -20,7 +20,7 @@
 // calling thread for its duration, then puts back what it found.
 //
 // Included by modules/platform.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :threads.
+// Uses mha.core, threads.hpp.
 
 #if MHA_ONEDNN
 // OpenMP's per-thread setting, declared here: clang ships no omp.h for GCC's libgomp.
@@ -50,7 +50,7 @@ std::optional<std::string> onednn_version() {
 namespace mha::detail {
 
 // The library chosen for float GEMMs: oneDNN where the build has it. inline for its
-// static: see cpu_simd_level() in :cpu.
+// static: see cpu_simd_level() in cpu.hpp.
 inline std::atomic<GemmLibrary>& float_gemm_library() {
   static std::atomic<GemmLibrary> library{onednn_version() ? GemmLibrary::onednn : GemmLibrary::openblas};
   return library;
@@ -75,7 +75,7 @@ private:
 #endif
 
 // C (m, n) = alpha * op(A) op(B) + beta * C, row-major, on oneDNN in the calling thread;
-// the same contract as gemm() in :linear, which calls it.
+// the same contract as gemm() in linear.hpp, which calls it.
 void onednn_sgemm([[maybe_unused]] bool trans_a, [[maybe_unused]] bool trans_b, [[maybe_unused]] std::size_t m,
                   [[maybe_unused]] std::size_t n, [[maybe_unused]] std::size_t k, [[maybe_unused]] float alpha,
                   [[maybe_unused]] const float* a, [[maybe_unused]] std::size_t lda, [[maybe_unused]] const float* b,

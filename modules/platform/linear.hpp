@@ -1,16 +1,17 @@
-// mha:linear (internal) — the one BLAS entry point and torch.nn.functional.linear on it.
+// modules/platform/linear.hpp (internal) — the one BLAS entry point, and y = x W^T + b on it.
 //
 // gemm() multiplies row-major matrices with leading dimensions, so that a head can be
 // multiplied in place inside a (L, N, E) tensor without copying it; the library that runs
-// it is OpenBLAS, or oneDNN for a large enough float GEMM (:gemm_library). linear_into() is
+// it is OpenBLAS, or oneDNN for a large enough float GEMM (gemm_library.hpp). linear_into() is
 // y = x W^T + b on raw rows, with W as PyTorch stores it (out, in) or already transposed
-// (in, out); every linear layer of the library, the readable one and the fast ones, is
-// this function. Not exported: the API's linear() is in :in_projection.
+// (in, out); every fast linear layer (the engine's, a KV cache's projection) is this
+// function. Not exported. The textbook's linear() (textbook/in_projection.hpp) is the plain
+// loop nest a reader follows, and does not come here.
 //
 // Legend: rows = every position of every batch entry, in = input width, out = output width.
 //
 // Included by modules/platform.cppm, in its module purview: no module line of its own.
-// Uses :threads, :gemm_library.
+// Uses threads.hpp, gemm_library.hpp.
 
 namespace mha::detail {
 
@@ -37,9 +38,9 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
 }
 
 // A linear layer's weight as a GEMM operand: W (out, in) as PyTorch stores it, or W^T
-// (in, out), whose plain GEMM OpenBLAS runs without repacking W on every call (:engine).
+// (in, out), whose plain GEMM OpenBLAS runs without repacking W on every call (mha:engine).
 // ld is the leading dimension: a block of columns of a wider W^T is a weight too. packed:
-// the same W^T reordered for oneDNN's matmul (:packed_linear), or nullptr.
+// the same W^T reordered for oneDNN's matmul (packed_linear.hpp), or nullptr.
 template <class T>
 struct LinearWeight {
   const T* data = nullptr;
@@ -52,7 +53,7 @@ struct LinearWeight {
 // product added on top with beta = 1, so that b + x W^T rounds as PyTorch's addmm does.
 // ldy: y's leading dimension, out or more when y is a block of columns of a wider matrix.
 // A float weight with its packed W^T runs on oneDNN's matmul instead, the bias added after
-// the product (:packed_linear), where oneDNN is the library for a GEMM of this size.
+// the product (packed_linear.hpp), where oneDNN is the library for a GEMM of this size.
 template <class T>
 void linear_into(const T* x, std::size_t rows, std::size_t in, LinearWeight<T> w, std::size_t out, const T* bias, T* y,
                  std::size_t ldy) {
@@ -95,7 +96,7 @@ struct OutputBlock {
 // OpenBLAS pack both operands on every call). Splitting the larger operand packs less:
 // the rows when x is, the columns when W^T is (out > rows). Measured at the in-projection
 // of (1024, 1, 1024, 16), (1024, 1024) x (1024, 3072) on 2 threads: 389-393 GFLOP/s by
-// columns against 375-385 by rows (oneDNN, four rounds). A packed W^T (:packed_linear) is
+// columns against 375-385 by rows (oneDNN, four rounds). A packed W^T (packed_linear.hpp) is
 // packed once for all calls: then the rows are split (by_columns false).
 inline bool split_by_columns(std::size_t rows, std::size_t out, bool packed) { return out > rows && !packed; }
 
@@ -150,22 +151,6 @@ void parallel_gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std
     gemm<T>(trans_a, trans_b, last - first, n, k, alpha, trans_a ? a + first : a + first * lda, lda, b, ldb, beta,
             c + first * ldc, ldc);
   });
-}
-
-// y = x W^T + b over the last dimension of x, as torch.nn.functional.linear.
-// x (..., in), weight (out, in), bias (out) -> (..., out)
-template <class T, std::size_t N>
-xt::xtensor<T, N> linear(const xt::xtensor<T, N>& x, const xt::xtensor<T, 2>& weight,
-                         const std::optional<xt::xtensor<T, 1>>& bias) {
-  const std::size_t in = weight.shape(1), out = weight.shape(0);
-  std::size_t rows = 1;  // the product of x's leading dimensions, also when in = 0
-  for (std::size_t d = 0; d + 1 < N; ++d) rows *= x.shape(d);
-  auto shape = x.shape();
-  shape[N - 1] = out;
-  xt::xtensor<T, N> y(shape);
-  linear_into(x.data(), rows, in, LinearWeight<T>{weight.data(), in, /*transposed=*/false}, out,
-              bias ? bias->data() : nullptr, y.data());
-  return y;
 }
 
 }  // namespace mha::detail

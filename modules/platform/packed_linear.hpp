@@ -1,10 +1,10 @@
-// mha:packed_linear (internal) — a float linear layer on oneDNN's matmul primitive, its
+// modules/platform/packed_linear.hpp (internal) — a float linear layer on oneDNN's matmul primitive, its
 // weight reordered once into the layout that the matmul's kernel reads.
 //
-// dnnl_sgemm (:gemm_library) packs W^T into its own layout again on every call, and reads
-// back a y that the bias was first copied into (linear_into in :linear). The matmul
+// dnnl_sgemm (gemm_library.hpp) packs W^T into its own layout again on every call, and reads
+// back a y that the bias was first copied into (linear_into in linear.hpp). The matmul
 // primitive does neither: W^T is reordered once per version of the weights (PackedWeight,
-// kept with W^T by :engine), and the bias is added to each tile of y as the kernel stores
+// kept with W^T by mha:engine), and the bias is added to each tile of y as the kernel stores
 // it. Measured on the machine of docs/performance.md, one GEMM per core on 2 cores, the
 // in-projection of (128, 8, 512, 8), (1024, 512) x (512, 1536): 4.50 ms against 4.83 for
 // dnnl_sgemm (356 against 333 GFLOP/s), and its out-projection, (1024, 512) x (512, 512),
@@ -13,7 +13,7 @@
 //
 // The sum is the same, y(i, j) = b(j) + sum_k x(i, k) W^T(k, j), with b added after the
 // products instead of before them: like two GEMM libraries, the two orders differ in the
-// last bits. The readable path (:in_projection) keeps PyTorch's addmm order.
+// last bits. The readable path (textbook/in_projection.hpp) keeps PyTorch's addmm order.
 //
 // A matmul is made for each number of rows and each leading dimension of y that it is
 // called with, and kept. Its scratch memory comes from the calling thread
@@ -23,7 +23,7 @@
 // Legend: rows = every position of every batch entry, in = input width, out = output width.
 //
 // Included by modules/platform.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :gemm_library.
+// Uses mha.core, gemm_library.hpp.
 
 namespace mha::detail {
 
@@ -174,7 +174,7 @@ private:
 };
 
 // The PackedWeight of each block of W^T that a linear layer multiplies by, made at its
-// first use and kept for as long as that W^T (:engine keeps one per version of the weights).
+// first use and kept for as long as that W^T (mha:engine keeps one per version of the weights).
 class PackedWeights {
 public:
   // W^T's block at w (in, out), rows ld apart, reordered; nullptr where there is no matmul

@@ -1,4 +1,4 @@
-// mha:threads — how many threads the library uses, and the pool they run in.
+// modules/platform/threads.hpp — how many threads the library uses, and the pool they run in.
 //
 // The fast paths split their GEMMs' rows and their batch-heads over threads of the
 // library's own: a pool started at the first parallel call and kept for the life of the
@@ -9,7 +9,7 @@
 // The setting is never read from OpenBLAS nor written to it, and nothing here changes
 // a setting of the program around the library. Inside the library's parallel work each
 // GEMM is one thread's: oneDNN is held to one OpenMP thread for the call in the calling
-// thread (:gemm_library), and the float GEMMs left to OpenBLAS are below the size at
+// thread (gemm_library.hpp), and the float GEMMs left to OpenBLAS are below the size at
 // which it would thread them. A double GEMM on OpenBLAS is threaded as OpenBLAS's own
 // setting says (OPENBLAS_NUM_THREADS); that changes nothing in its result, because
 // OpenBLAS splits a product's rows and columns over its threads, never a sum (the host
@@ -33,7 +33,7 @@ int available_cpus() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-// The library's thread count. inline for its static: see cpu_simd_level() in :cpu.
+// The library's thread count. inline for its static: see cpu_simd_level() in cpu.hpp.
 inline std::atomic<int>& thread_count() {
   static std::atomic<int> count{available_cpus()};
   return count;
@@ -93,7 +93,7 @@ struct ParallelJob {
 // the pool threads that joined it, never for the pool to be free.
 class ThreadPool {
 public:
-  // The process's one pool. inline for its static: see cpu_simd_level() in :cpu.
+  // The process's one pool. inline for its static: see cpu_simd_level() in cpu.hpp.
   static inline ThreadPool& instance() {
     static ThreadPool pool;
     return pool;

@@ -1,4 +1,4 @@
-// mha:workspace — the fast paths' buffers, kept per calling thread, and letting them go.
+// modules/platform/workspace.hpp — the fast paths' buffers, kept per calling thread, and letting them go.
 //
 // A fast forward works in buffers of its own: q, k and v after the projection, the
 // extended keys, the merged heads, the weights, and one block of scores or one tile per
@@ -23,7 +23,7 @@
 namespace mha::detail {
 
 // The most bytes a thread keeps after a forward. inline for its static: see
-// cpu_simd_level() in :cpu.
+// cpu_simd_level() in cpu.hpp.
 inline std::atomic<std::size_t>& kept_bytes_limit() {
   static std::atomic<std::size_t> limit{std::size_t{64} << 20};
   return limit;

@@ -1,4 +1,4 @@
-// mha:attention, the loops: scaled dot-product attention over heads, step by step.
+// modules/textbook/attention.cpp — the loops: scaled dot-product attention over heads, step by step.
 //
 // The bodies of the functions that modules/textbook/attention.hpp declares, in the same order,
 // and their explicit instantiations for float and double. As the need_weights branch of
@@ -12,7 +12,7 @@ module;
 
 module mha;
 
-namespace mha {
+namespace mha::textbook {
 
 // (L, N, E) -> (N*H, L, D): x.view(L, N*H, D).transpose(0, 1) in PyTorch.
 template <class T>
@@ -76,13 +76,17 @@ xt::xtensor<bool, 3> draw_dropout_mask(std::array<std::size_t, 3> shape, double 
   return keep;
 }
 
-// Dropout with a given mask (True = kept), over a whole (B, L, S) tensor: the pointer
-// form in the interface, after a check of the mask's shape.
+// Dropout with a given mask (True = kept), over a whole (B, L, S) tensor, after a check of
+// the mask's shape.
 template <class T>
 void apply_dropout_mask(xt::xtensor<T, 3>& weights, double p, const xt::xtensor<bool, 3>& keep) {
   check(keep.shape() == weights.shape(), "dropout_mask", "expected shape {}, got {}", shape_string(weights.shape()),
         shape_string(keep.shape()));
-  apply_dropout_mask(weights.data(), keep.data(), weights.size(), dropout_scale<T>(p));
+  const T scale = dropout_scale<T>(p);
+  T* w = weights.data();
+  const bool* kept = keep.data();
+  // Multiplied by 0, not set to 0, as PyTorch's dropout does: a dropped NaN stays NaN.
+  for (std::size_t i = 0; i < weights.size(); ++i) w[i] *= kept[i] ? scale : T(0);
 }
 
 // Dropout on the attention weights: each weight is zeroed with probability p and the
@@ -179,4 +183,4 @@ MHA_INSTANTIATE_ATTENTION(double)
 #undef MHA_INSTANTIATE_ATTENTION
 // NOLINTEND(bugprone-macro-parentheses)
 
-}  // namespace mha
+}  // namespace mha::textbook

@@ -1,14 +1,14 @@
-// mha:attention — scaled dot-product attention over heads, in PyTorch's exact order.
+// modules/textbook/attention.hpp — scaled dot-product attention over heads, in PyTorch's exact order.
 //
 // For each batch-head b:  weights = softmax(q_b / sqrt(D) . k_b^T + mask_b),
 //                         output  = dropout(weights) . v_b
 // as the need_weights branch of multi_head_attention_forward in torch/nn/functional.py
 // (bmm/baddbmm, softmax, dropout, bmm). Heads are made by splitting E into H blocks of
 // D = E / H columns: batch-head b = n*H + h holds columns [h*D, (h+1)*D) of batch n.
-// This file knows nothing of projections or parameters (see :multihead_attention).
+// This file knows nothing of projections or parameters (see api/multihead_attention.hpp).
 //
 // This is the readable reference: one plain loop nest per step. The fast paths
-// (:fast_attention, :flash_attention) compute the same with GEMMs, and the tests hold
+// (engine/fast_attention.hpp, engine/flash_attention.hpp) compute the same with GEMMs, and the tests hold
 // them to it. This interface says what each step takes and gives; the loops themselves
 // are in attention.cpp, compiled once for float and double, so that editing one
 // recompiles one file and relinks (docs/building.md).
@@ -17,9 +17,9 @@
 // D = head_dim, B = N*H.
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :random.
+// Uses mha.core, random.hpp.
 
-export namespace mha {
+export namespace mha::textbook {
 
 // (L, N, E) -> (N*H, L, D): x.view(L, N*H, D).transpose(0, 1) in PyTorch.
 template <class T>
@@ -52,14 +52,7 @@ xt::xtensor<bool, 3> draw_dropout_mask(std::array<std::size_t, 3> shape, double 
 
 // Dropout with a given mask (True = kept): kept weights are multiplied by
 // dropout_scale(p), dropped ones by 0, as PyTorch's x * (mask / (1 - p)). A mask drawn
-// once and applied again replays the same dropout: what a backward pass needs.
-// `count` values from `values` on, against the mask from `keep` on.
-template <class T>
-void apply_dropout_mask(T* values, const bool* keep, std::size_t count, T scale) {
-  // Multiplied by 0, not set to 0, as PyTorch's dropout does: a dropped NaN stays NaN.
-  for (std::size_t i = 0; i < count; ++i) values[i] *= keep[i] ? scale : T(0);
-}
-
+// once and applied again replays the same dropout: what a backward pass needs. (B, L, S)
 template <class T>
 void apply_dropout_mask(xt::xtensor<T, 3>& weights, double p, const xt::xtensor<bool, 3>& keep);
 
@@ -98,4 +91,4 @@ Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::
                                           const xt::xtensor<T, 3>& v, const std::optional<xt::xtensor<T, 3>>& mask,
                                           double dropout_p, Generator& generator);
 
-}  // namespace mha
+}  // namespace mha::textbook

@@ -1,20 +1,20 @@
-// mha:gradients — the backward pass of each step of the forward, one function per formula.
+// modules/textbook/gradients.hpp — the backward pass of each step of the forward, one function per formula.
 //
 // Each function takes the gradient of a step's output (dY, "d" for dL/d) and the tensors
 // the step saw, and gives the gradients of the step's inputs, as PyTorch's autograd does
 // for the operations of multi_head_attention_forward (torch/nn/functional.py), with the
-// formulas of tools/autograd/derivatives.yaml (mm, bmm, softmax, dropout, cat, view).
-// :reference_backward chains them in the forward's order, backwards. One plain loop nest
-// per formula, as in :attention: the reference a reader can follow.
+// formulas of PyTorch's autograd, derivatives.yaml (mm, bmm, softmax, dropout, cat, view).
+// reference_backward.hpp chains them in the forward's order, backwards. One plain loop nest
+// per formula, as in attention.hpp: the reference a reader can follow.
 //
 // Legend: L = target length, S = source length (keys, with bias_k and the zero key where
 // they are appended), N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H,
 // in / out = a linear layer's input / output width.
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :attention, :in_projection.
+// Uses mha.core, attention.hpp, in_projection.hpp.
 
-export namespace mha {
+export namespace mha::textbook {
 
 // The gradients of y = x W^T + b.
 template <class T>
@@ -114,23 +114,18 @@ xt::xtensor<T, 3> dropout_backward(const xt::xtensor<T, 3>& d_dropped, const xt:
   return d;
 }
 
-// softmax backward of one row of S values:  dS = P * (dP - rowsum(dP * P)).  d_scores may
-// be d_probabilities itself: the row's sum is taken before any of it is written.
-template <class T>
-void softmax_backward_row(const T* probabilities, const T* d_probabilities, T* d_scores, std::size_t S) {
-  T dot = 0;  // rowsum(dP * P)
-  for (std::size_t j = 0; j < S; ++j) dot += d_probabilities[j] * probabilities[j];
-  for (std::size_t j = 0; j < S; ++j) d_scores[j] = probabilities[j] * (d_probabilities[j] - dot);
-}
-
 // softmax backward, row by row:  dS = P * (dP - rowsum(dP * P)).  (B, L, S)
 // A row of P that is NaN (all keys masked) gives a row of NaN, as in PyTorch.
 template <class T>
 xt::xtensor<T, 3> softmax_backward(const xt::xtensor<T, 3>& probabilities, const xt::xtensor<T, 3>& d_probabilities) {
   const std::size_t S = probabilities.shape(2), rows = S == 0 ? 0 : probabilities.size() / S;
   xt::xtensor<T, 3> d_scores = xt::xtensor<T, 3>::from_shape(probabilities.shape());
-  for (std::size_t r = 0; r < rows; ++r)
-    softmax_backward_row(probabilities.data() + r * S, d_probabilities.data() + r * S, d_scores.data() + r * S, S);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const T *P = probabilities.data() + r * S, *dP = d_probabilities.data() + r * S;
+    T dot = 0;  // rowsum(dP * P)
+    for (std::size_t j = 0; j < S; ++j) dot += dP[j] * P[j];
+    for (std::size_t j = 0; j < S; ++j) d_scores.data()[r * S + j] = P[j] * (dP[j] - dot);
+  }
   return d_scores;
 }
 
@@ -197,36 +192,25 @@ AppendBiasGradients<T> append_bias_backward(const xt::xtensor<T, 3>& d) {
   return g;
 }
 
-// The gradient of attn_output_weights, d_weights: (N, L, S) averaged or (N, H, L, S) per
-// head, without N unbatched.
-template <class T>
-void check_output_weights_gradient(const xt::xarray<T>& d_weights, std::size_t N, std::size_t H, std::size_t L,
-                                   std::size_t S, bool average) {
-  check(d_weights.size() == (average ? N : N * H) * L * S, "grad_attn_output_weights", "expected {} values, got {}",
-        (average ? N : N * H) * L * S, d_weights.size());
-}
-
-// Head b's share of it, (L, S) = LS values, added into d_head.
-template <class T>
-void add_output_weights_gradient(const xt::xarray<T>& d_weights, std::size_t b, std::size_t H, std::size_t LS,
-                                 bool average, T* d_head) {
-  if (average)
-    for (std::size_t x = 0; x < LS; ++x) d_head[x] += d_weights.data()[(b / H) * LS + x] / static_cast<T>(H);
-  else
-    for (std::size_t x = 0; x < LS; ++x) d_head[x] += d_weights.data()[b * LS + x];
-}
-
 // output_weights backward: the gradient of attn_output_weights as each head's. Averaged
 // weights (sum over heads / H) give every head the gradient / H; per-head weights pass
 // theirs as they are. d_weights -> (B, L, S)
 template <class T>
 xt::xtensor<T, 3> output_weights_backward(const xt::xarray<T>& d_weights, std::size_t N, std::size_t H, std::size_t L,
                                           std::size_t S, bool average) {
-  check_output_weights_gradient(d_weights, N, H, L, S, average);
+  const std::size_t heads_given = average ? N : N * H;  // (N, L, S) averaged, (N, H, L, S) per head
+  check(d_weights.size() == heads_given * L * S, "grad_attn_output_weights", "expected {} values, got {}",
+        heads_given * L * S, d_weights.size());
   xt::xtensor<T, 3> d = xt::zeros<T>({N * H, L, S});
   if (d.size() == 0) return d;  // no values, and no data to point into
-  for (std::size_t b = 0; b < N * H; ++b)
-    add_output_weights_gradient(d_weights, b, H, L * S, average, d.data() + b * L * S);
+  const std::size_t LS = L * S;
+  for (std::size_t b = 0; b < N * H; ++b) {
+    T* d_head = d.data() + b * LS;  // head b = n*H + h: its share of the gradient, (L, S)
+    if (average)
+      for (std::size_t x = 0; x < LS; ++x) d_head[x] += d_weights.data()[(b / H) * LS + x] / static_cast<T>(H);
+    else
+      for (std::size_t x = 0; x < LS; ++x) d_head[x] += d_weights.data()[b * LS + x];
+  }
   return d;
 }
 
@@ -310,4 +294,4 @@ InProjectionGradients<T> in_projection_packed_backward(const xt::xtensor<T, 3>& 
   return out;
 }
 
-}  // namespace mha
+}  // namespace mha::textbook

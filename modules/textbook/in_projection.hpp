@@ -1,4 +1,4 @@
-// mha:in_projection — the packed in_proj_weight, and how q, k and v come out of it.
+// modules/textbook/in_projection.hpp — the packed in_proj_weight, and how q, k and v come out of it.
 //
 // PyTorch stores the three input projections of nn.MultiheadAttention as one matrix:
 //
@@ -9,13 +9,13 @@
 // and in_proj_bias (3E) = [b_q; b_k; b_v] the same way. Then q = query W_q^T + b_q, and
 // likewise k and v. This file splits and packs that layout and computes the
 // in-projection exactly as torch/nn/functional.py does in _in_projection_packed and
-// _in_projection. It is not the attention itself (see :attention).
+// _in_projection. It is not the attention itself (see attention.hpp).
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim,
 // Ek = kdim, Ev = vdim.
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :linear.
+// Uses mha.core.
 
 export namespace mha {
 
@@ -44,6 +44,10 @@ struct QKV {
   xt::xtensor<T, 3> v;  // (S, N, E)
 };
 
+}  // namespace mha
+
+export namespace mha::textbook {
+
 // y = x W^T + b over the last dimension, as torch.nn.functional.linear.
 template <class T, std::size_t N>
 xt::xtensor<T, N> linear(const xt::xtensor<T, N>& x, const xt::xtensor<T, 2>& weight,
@@ -54,28 +58,58 @@ xt::xtensor<T, N> linear(const xt::xtensor<T, N>& x, const xt::xtensor<T, 2>& we
   if (bias)
     check(bias->shape(0) == weight.shape(0), "bias", "expected shape {}, got {}", shape_string({weight.shape(0)}),
           shape_string(bias->shape()));
-  return detail::linear(x, weight, bias);
+  const std::size_t in = weight.shape(1), out = weight.shape(0);
+  std::size_t rows = 1;  // the product of x's leading dimensions, also when in = 0
+  for (std::size_t d = 0; d + 1 < N; ++d) rows *= x.shape(d);
+  auto shape = x.shape();
+  shape[N - 1] = out;
+  xt::xtensor<T, N> y(shape);
+  const T *X = x.data(), *W = weight.data();
+  // (rows, in) x (in, out) -> (rows, out): row r of y is x_r . W_o for every output o, and the
+  // bias added to the finished sum, as addmm adds it (beta * b + x W^T).
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t o = 0; o < out; ++o) {
+      T sum = 0;
+      for (std::size_t i = 0; i < in; ++i) sum += X[r * in + i] * W[o * in + i];
+      y.data()[r * out + o] = bias ? (*bias)(o) + sum : sum;
+    }
+  return y;
 }
+
+// Rows [first, first + E) of the packed in_proj_weight (3E, E) and in_proj_bias (3E) hold one
+// projection: block 0 is Q, 1 is K, 2 is V. Every reader of the packed layout asks this
+// function where a block starts, so that the arithmetic is written once.
+struct RowBlock {
+  std::size_t first = 0, count = 0;
+};
+
+inline RowBlock qkv_rows(std::size_t block, std::size_t E) {
+  check(block < 3, "block", "expected 0 (q), 1 (k) or 2 (v), got {}", block);
+  return {block * E, E};
+}
+
+// The shape of in_proj_weight: (3E, E), [W_q; W_k; W_v].
+inline std::array<std::size_t, 2> in_proj_weight_shape(std::size_t E) { return {3 * E, E}; }
 
 // The bias as three (E) thirds [b_q; b_k; b_v], as in_proj_bias.chunk(3).
 template <class T>
 std::optional<xt::xtensor<T, 1>> bias_block(const std::optional<xt::xtensor<T, 1>>& packed, std::size_t block,
                                             std::size_t E) {
   if (!packed) return std::nullopt;
-  check(block < 3, "block", "expected 0 (q), 1 (k) or 2 (v), got {}", block);
+  const RowBlock rows = qkv_rows(block, E);
   check(packed->shape(0) == 3 * E, "in_proj_bias", "expected shape {}, got {}", shape_string({3 * E}),
         shape_string(packed->shape()));
-  return xt::xtensor<T, 1>(xt::view(*packed, xt::range(block * E, (block + 1) * E)));
+  return xt::xtensor<T, 1>(xt::view(*packed, xt::range(rows.first, rows.first + rows.count)));
 }
 
 // Rows [block*E, (block+1)*E) of the packed weight: block 0 is W_q, 1 is W_k, 2 is W_v.
 template <class T>
 xt::xtensor<T, 2> weight_block(const xt::xtensor<T, 2>& in_proj_weight, std::size_t block) {
   const std::size_t E = in_proj_weight.shape(1);
-  check(block < 3, "block", "expected 0 (W_q), 1 (W_k) or 2 (W_v), got {}", block);
-  check(in_proj_weight.shape(0) == 3 * E, "in_proj_weight", "expected shape {}, got {}", shape_string({3 * E, E}),
-        shape_string(in_proj_weight.shape()));
-  return xt::view(in_proj_weight, xt::range(block * E, (block + 1) * E), xt::all());
+  const RowBlock rows = qkv_rows(block, E);
+  check(in_proj_weight.shape(0) == 3 * E, "in_proj_weight", "expected shape {}, got {}",
+        shape_string(in_proj_weight_shape(E)), shape_string(in_proj_weight.shape()));
+  return xt::view(in_proj_weight, xt::range(rows.first, rows.first + rows.count), xt::all());
 }
 
 // in_proj_weight (3E, E), in_proj_bias (3E) -> W_q, W_k, W_v (E, E) and b_q, b_k, b_v (E).
@@ -83,8 +117,8 @@ template <class T>
 SeparateProjections<T> split_packed(const xt::xtensor<T, 2>& in_proj_weight,
                                     const std::optional<xt::xtensor<T, 1>>& in_proj_bias) {
   const std::size_t E = in_proj_weight.shape(1);
-  check(in_proj_weight.shape(0) == 3 * E, "in_proj_weight", "expected shape {}, got {}", shape_string({3 * E, E}),
-        shape_string(in_proj_weight.shape()));
+  check(in_proj_weight.shape(0) == 3 * E, "in_proj_weight", "expected shape {}, got {}",
+        shape_string(in_proj_weight_shape(E)), shape_string(in_proj_weight.shape()));
   if (in_proj_bias)
     check(in_proj_bias->shape(0) == 3 * E, "in_proj_bias", "expected shape {}, got {}", shape_string({3 * E}),
           shape_string(in_proj_bias->shape()));
@@ -128,10 +162,18 @@ xt::xtensor<T, 3> column_block(const xt::xtensor<T, 3>& x, std::size_t begin, st
   return block;
 }
 
+}  // namespace mha::textbook
+
+export namespace mha {
+
 // How the inputs alias each other, the C++ counterpart of Python's `query is key` and
 // `key is value`: PyTorch runs one GEMM for self-attention, two for encoder-decoder
 // attention (key is value), three otherwise.
 enum class Aliasing { none, key_is_value, self_attention };
+
+}  // namespace mha
+
+export namespace mha::textbook {
 
 // The in-projection of the packed weight, as torch.nn.functional._in_projection_packed.
 // query (L, N, E), key (S, N, E), value (S, N, E) -> q (L, N, E), k, v (S, N, E)
@@ -141,7 +183,7 @@ QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T,
                             const std::optional<xt::xtensor<T, 1>>& in_proj_bias, Aliasing aliasing = Aliasing::none) {
   const std::size_t E = query.shape(2);
   check(in_proj_weight.shape(0) == 3 * E && in_proj_weight.shape(1) == E, "in_proj_weight", "expected shape {}, got {}",
-        shape_string({3 * E, E}), shape_string(in_proj_weight.shape()));
+        shape_string(in_proj_weight_shape(E)), shape_string(in_proj_weight.shape()));
   if (in_proj_bias)
     check(in_proj_bias->shape(0) == 3 * E, "in_proj_bias", "expected shape {}, got {}", shape_string({3 * E}),
           shape_string(in_proj_bias->shape()));
@@ -155,10 +197,11 @@ QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T,
   const auto b_q = bias_block(in_proj_bias, 0, E);   // (E)
   if (aliasing == Aliasing::key_is_value) {
     // Encoder-decoder attention: q from rows [0, E), k and v from rows [E, 3E) at once.
-    const xt::xtensor<T, 2> w_kv = xt::view(in_proj_weight, xt::range(E, 3 * E), xt::all());
+    const std::size_t k_first = qkv_rows(1, E).first;  // K's rows, then V's, to 3E
+    const xt::xtensor<T, 2> w_kv = xt::view(in_proj_weight, xt::range(k_first, 3 * E), xt::all());  // (2E, E)
     std::optional<xt::xtensor<T, 1>> b_kv;
-    if (in_proj_bias) b_kv = xt::view(*in_proj_bias, xt::range(E, 3 * E));
-    auto kv = linear(key, w_kv, b_kv);  // (S, N, 2E)
+    if (in_proj_bias) b_kv = xt::view(*in_proj_bias, xt::range(k_first, 3 * E));  // (2E)
+    auto kv = linear(key, w_kv, b_kv);                                            // (S, N, 2E)
     return {linear(query, w_q, b_q), column_block(kv, 0, E), column_block(kv, E, 2 * E)};
   }
   return {linear(query, w_q, b_q), linear(key, weight_block(in_proj_weight, 1), bias_block(in_proj_bias, 1, E)),
@@ -184,4 +227,4 @@ QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& ke
   return {linear(query, p.w_q, p.b_q), linear(key, p.w_k, p.b_k), linear(value, p.w_v, p.b_v)};
 }
 
-}  // namespace mha
+}  // namespace mha::textbook

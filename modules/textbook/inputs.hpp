@@ -1,4 +1,4 @@
-// mha:inputs — the first and last steps of forward(): the inputs' shapes and layout in,
+// modules/textbook/inputs.hpp — the first and last steps of forward(): the inputs' shapes and layout in,
 // the caller's layout out.
 //
 // multi_head_attention_forward works sequence-first and batched: (L, N, E). A module made
@@ -11,9 +11,9 @@
 // Ek = kdim, Ev = vdim, B = N*H.
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :masks, :options, :in_projection.
+// Uses mha.core, masks.hpp, options.hpp, in_projection.hpp.
 
-export namespace mha {
+export namespace mha::textbook {
 
 // How the rows of an input lie in memory, seen as the sequence-first (len, N, width) tensor
 // of multi_head_attention_forward. Every layout is a contiguous (len*N, width) matrix whose
@@ -23,9 +23,6 @@ struct SeqFirstLayout {
   bool batch_major = false;  // rows (n, i): batch_first
   // The row of position i of batch entry n.
   std::size_t row(std::size_t i, std::size_t n) const { return batch_major ? n * len + i : i * N + n; }
-  // Strides of a (len, N, w) tensor in this layout: from position i to i+1, and n to n+1.
-  std::size_t row_stride(std::size_t w) const { return (batch_major ? 1 : N) * w; }
-  std::size_t batch_stride(std::size_t w) const { return (batch_major ? len : 1) * w; }
 };
 
 // The layout of a query, key or value: (L, E) unbatched is (L, 1, E); (N, L, E) with
@@ -89,39 +86,15 @@ xt::xarray<T> output_weights(const T* w, std::size_t N, std::size_t H, std::size
   return out;
 }
 
-}  // namespace mha
+}  // namespace mha::textbook
 
 namespace mha::detail {
-
-// static_k or static_v of the functional form: keys or values already projected and
-// split into heads, (B, S, D), that replace k or v after the in-projection (a KV cache).
-// Head b starts at data + b * head_stride, its position j at + j * D: a (B, S, D) tensor
-// has head_stride = S * D, a KVCache with room for more positions a larger one.
-template <class T>
-struct StaticHeads {
-  const T* data = nullptr;  // none: k (or v) comes from the in-projection
-  std::size_t B = 0, S = 0, D = 0, head_stride = 0;
-  explicit operator bool() const { return data != nullptr; }
-  // The heads as a (B, S, D) tensor of their own: what the reference path reads.
-  xt::xtensor<T, 3> tensor() const {
-    xt::xtensor<T, 3> x({B, S, D});
-    for (std::size_t b = 0; b < B; ++b) std::copy_n(data + b * head_stride, S * D, x.data() + b * S * D);
-    return x;
-  }
-};
-
-// static_k and static_v, either or both, or neither (the module's forward).
-template <class T>
-struct StaticKV {
-  StaticHeads<T> k, v;
-  bool any() const { return bool(k) || bool(v); }
-};
 
 // The sizes of one forward(), checked as multi_head_attention_forward checks them.
 struct Geometry {
   bool batched = true;
   Aliasing aliasing = Aliasing::none;
-  SeqFirstLayout query, key, value;  // (L, N, E), (S, N, Ek), (S, N, Ev)
+  textbook::SeqFirstLayout query, key, value;  // (L, N, E), (S, N, Ek), (S, N, Ev)
   std::size_t L = 0, S = 0, N = 0;
 };
 
@@ -131,18 +104,18 @@ template <class T>
 void check_mask_ranks(const ForwardOptions<T>& opts, std::size_t qd, std::size_t H, std::size_t L, std::size_t S) {
   const char* kind = qd == 3 ? "batched (3-D)" : "unbatched (2-D)";
   if (opts.key_padding_mask) {
-    const std::size_t d = mask_dimension(*opts.key_padding_mask);
+    const std::size_t d = textbook::mask_dimension(*opts.key_padding_mask);
     check(d == qd - 1, "key_padding_mask",
           "For {} `query`, expected `key_padding_mask` to be `None` or {}-D but found {}-D tensor instead", kind,
           qd - 1, d);
   }
   if (!opts.attn_mask) return;
-  const std::size_t d = mask_dimension(*opts.attn_mask);
+  const std::size_t d = textbook::mask_dimension(*opts.attn_mask);
   check(d == 2 || d == 3, "attn_mask",
         "For {} `query`, expected `attn_mask` to be `None`, 2-D or 3-D but found {}-D tensor instead", kind, d);
   if (qd == 2 && d == 3) {
     const std::vector<std::size_t> expected{H, L, S};
-    const auto got = mask_shape(*opts.attn_mask);
+    const auto got = textbook::mask_shape(*opts.attn_mask);
     check(std::equal(expected.begin(), expected.end(), got.begin(), got.end()), "attn_mask",
           "Expected `attn_mask` shape to be {} but got {}", shape_string(expected), shape_string(got));
   }
@@ -166,7 +139,8 @@ bool shape_check(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt:
 }
 
 // The checks of multi_head_attention_forward on the sequence-first inputs.
-void check_sizes(const SeqFirstLayout& q, const SeqFirstLayout& k, const SeqFirstLayout& v, const Sizes& sizes) {
+void check_sizes(const textbook::SeqFirstLayout& q, const textbook::SeqFirstLayout& k,
+                 const textbook::SeqFirstLayout& v, const Sizes& sizes) {
   check(q.width == sizes.E, "query", "was expecting embedding dimension of {}, but got {}", sizes.E, q.width);
   check(k.N == q.N, "key", "expected batch size {} (the query's), but got {}", q.N, k.N);
   check(k.len == v.len && k.N == v.N, "value", "key's sequence and batch dims ({}, {}) do not match value's ({}, {})",
@@ -193,8 +167,8 @@ Geometry geometry(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt
   g.batched = shape_check(query, key, value, opts, sizes.H);
   g.aliasing = aliasing_of(query, key, value, g.batched);
   const bool batch_first = options.batch_first && g.batched;
-  g.query = seq_first_layout(query, batch_first), g.key = seq_first_layout(key, batch_first);
-  g.value = seq_first_layout(value, batch_first);
+  g.query = textbook::seq_first_layout(query, batch_first), g.key = textbook::seq_first_layout(key, batch_first);
+  g.value = textbook::seq_first_layout(value, batch_first);
   check_sizes(g.query, g.key, g.value, sizes);
   g.L = g.query.len, g.N = g.query.N, g.S = g.key.len;
   return g;

@@ -1,4 +1,4 @@
-// mha:masks, the bodies: bool masks made additive, the causal mask, padding, the merge.
+// modules/textbook/masks.cpp — the bodies: bool masks made additive, the causal mask, padding, the merge.
 //
 // The definitions of what modules/textbook/masks.hpp declares, in the same order, and their
 // explicit instantiations for float and double. As torch/nn/functional.py's
@@ -10,7 +10,7 @@ module;
 
 module mha;
 
-namespace mha {
+namespace mha::textbook {
 
 // A bool mask as an additive float mask: False -> 0, True -> -inf. A float mask is
 // returned unchanged. As torch.nn.functional._canonical_mask.
@@ -169,4 +169,4 @@ MHA_INSTANTIATE_MASKS(double)
 #undef MHA_INSTANTIATE_MASKS
 // NOLINTEND(bugprone-macro-parentheses)
 
-}  // namespace mha
+}  // namespace mha::textbook

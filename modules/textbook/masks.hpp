@@ -1,4 +1,4 @@
-// mha:masks — what a mask means, and how PyTorch turns two masks into one.
+// modules/textbook/masks.hpp — what a mask means, and how PyTorch turns two masks into one.
 //
 // nn.MultiheadAttention takes two optional masks:
 //   attn_mask         (L, S) or (N*H, L, S): which keys each query may attend to;
@@ -22,6 +22,10 @@ export namespace mha {
 // A mask as the user gives it: bool (True = masked) or floating (added to the scores).
 template <class T>
 using Mask = std::variant<xt::xarray<bool>, xt::xarray<T>>;
+
+}  // namespace mha
+
+export namespace mha::textbook {
 
 template <class T>
 std::size_t mask_dimension(const Mask<T>& mask) {
@@ -99,4 +103,4 @@ PreparedMasks<T> prepare_masks(const std::optional<Mask<T>>& attn_mask, const st
                                bool is_causal, bool need_weights, bool batched, std::size_t L, std::size_t N,
                                std::size_t S, std::size_t num_heads);
 
-}  // namespace mha
+}  // namespace mha::textbook

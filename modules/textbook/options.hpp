@@ -1,4 +1,4 @@
-// mha:options — what torch.nn.MultiheadAttention(...) and its forward(...) take and give.
+// modules/textbook/options.hpp — what torch.nn.MultiheadAttention(...) and its forward(...) take and give.
 //
 // Options are the constructor's arguments, ForwardOptions the forward's arguments after
 // query, key and value, Output its return value (attn_output, attn_output_weights).
@@ -8,7 +8,7 @@
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :masks.
+// Uses mha.core, masks.hpp.
 
 export namespace mha {
 
@@ -55,28 +55,15 @@ using StateDict = std::map<std::string, xt::xarray<T>>;
 // How forward() computes the attention. All give PyTorch's results; they differ in speed,
 // memory and how much of the computation a reader can follow:
 //   reference         one readable loop nest per step, every intermediate of PyTorch's
-//                     multi_head_attention_forward materialised (:reference_forward; the
+//                     multi_head_attention_forward materialised (reference_forward.hpp; the
 //                     tutorials' path);
 //   fast              BLAS GEMMs on strided views of the projection buffers, mask and
-//                     softmax in one pass, batch-heads on threads (:engine);
+//                     softmax in one pass, batch-heads on threads (mha:engine);
 //   memory_efficient  tiles and an online softmax, the (N*H, L, S) weights never formed
-//                     (:flash_attention); only with need_weights=false, else mha::Error;
+//                     (engine/flash_attention.hpp); only with need_weights=false, else mha::Error;
 //   automatic         memory_efficient when need_weights=false and a head's (L, S) scores
 //                     exceed 4M entries, fast otherwise. The default.
 enum class AttentionPath { automatic, reference, fast, memory_efficient };
-
-// The path a forward takes for these sizes: automatic resolved, memory_efficient refused
-// when the weights are asked for (it never forms them). S counts bias_k and the zero key.
-AttentionPath resolve_attention_path(AttentionPath path, bool need_weights, std::size_t L, std::size_t S) {
-  if (path == AttentionPath::memory_efficient)
-    check(!need_weights, "need_weights",
-          "the memory_efficient attention path never forms the attention weights; expected need_weights=false "
-          "with it, got need_weights=true (choose AttentionPath::fast, reference or automatic for the weights)");
-  if (path != AttentionPath::automatic) return path;
-  // One head's (L, S) scores above 4M entries (16 MiB in float) are worth not forming.
-  const bool large = static_cast<double>(L) * static_cast<double>(S) > static_cast<double>(1 << 22);
-  return !need_weights && large ? AttentionPath::memory_efficient : AttentionPath::fast;
-}
 
 }  // namespace mha
 

@@ -1,17 +1,17 @@
-// mha:parameters — the learnable parameters of nn.MultiheadAttention, under PyTorch's
+// modules/textbook/parameters.hpp — the learnable parameters of nn.MultiheadAttention, under PyTorch's
 // state_dict names, and their initialisation (_reset_parameters).
 //
 //   packed    in_proj_weight (3E, E) = [W_q; W_k; W_v], when kdim == vdim == E;
 //   separate  q_proj_weight (E, E), k_proj_weight (E, kdim), v_proj_weight (E, vdim);
 //   both      in_proj_bias (3E) = [b_q; b_k; b_v], out_proj.weight (E, E), out_proj.bias (E),
 //             and with add_bias_kv bias_k, bias_v (1, 1, E).
-// The module (:multihead_attention) holds one Parameters and lets the user read and set
+// The module (api/multihead_attention.hpp) holds one Parameters and lets the user read and set
 // them by name; the forward paths read them.
 //
 // Legend: E = embed_dim, Ek = kdim, Ev = vdim.
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
-// Uses mha.core, :random, :options, :in_projection.
+// Uses mha.core, random.hpp, options.hpp, in_projection.hpp.
 
 namespace mha::detail {
 
@@ -22,29 +22,28 @@ xt::xtensor<T, 2> zeros(std::size_t rows, std::size_t cols) {
 
 // A number no other state of any module's weights has had: a Parameters takes a new one
 // at every change, so equal numbers mean equal weights, even across copies. Defined once,
-// in the library (instantiations.cpp): one counter for every translation unit that makes
-// Parameters, the library's and the program's.
+// in the library (modules/textbook/parameters.cpp): one counter for every translation unit
+// that makes Parameters, the library's and the program's.
 std::uint64_t new_weights_version();
 
 }  // namespace mha::detail
 
-export namespace mha {
+export namespace mha::textbook {
 
 template <class T>
 struct Parameters {
-  bool packed = true;                                     // in_proj_weight, or q/k/v_proj_weight
-  xt::xtensor<T, 2> in_proj_weight;                       // (3E, E) packed
-  SeparateProjections<T> separate;                        // W_q (E, E), W_k (E, Ek), W_v (E, Ev); biases unused
-  std::optional<xt::xtensor<T, 1>> in_proj_bias;          // (3E)
-  xt::xtensor<T, 2> out_proj_weight;                      // (E, E)
-  std::optional<xt::xtensor<T, 1>> out_proj_bias;         // (E)
-  std::optional<xt::xtensor<T, 3>> bias_k, bias_v;        // (1, 1, E)
-  std::uint64_t version = detail::new_weights_version();  // new at every change
+  bool packed = true;                               // in_proj_weight, or q/k/v_proj_weight
+  xt::xtensor<T, 2> in_proj_weight;                 // (3E, E) packed
+  SeparateProjections<T> separate;                  // W_q (E, E), W_k (E, Ek), W_v (E, Ev); biases unused
+  std::optional<xt::xtensor<T, 1>> in_proj_bias;    // (3E)
+  xt::xtensor<T, 2> out_proj_weight;                // (E, E)
+  std::optional<xt::xtensor<T, 1>> out_proj_bias;   // (E)
+  std::optional<xt::xtensor<T, 3>> bias_k, bias_v;  // (1, 1, E)
 
   // Every parameter of `options`, zero, in PyTorch's shapes.
   explicit Parameters(const Options& options) : packed(packs(options)) {
     const detail::Sizes s(options);
-    if (packed) in_proj_weight = detail::zeros<T>(3 * s.E, s.E);
+    if (packed) in_proj_weight = xt::xtensor<T, 2>(xt::zeros<T>(in_proj_weight_shape(s.E)));
     else
       separate = {detail::zeros<T>(s.E, s.E), detail::zeros<T>(s.E, s.kdim), detail::zeros<T>(s.E, s.vdim), {}, {}, {}};
     out_proj_weight = detail::zeros<T>(s.E, s.E);
@@ -107,7 +106,7 @@ struct Parameters {
     else if (name == "bias_v") bias_v = value;
     else if (name == "out_proj.weight") out_proj_weight = value;
     else out_proj_bias = value;
-    version = detail::new_weights_version();
+    version_ = detail::new_weights_version();
   }
 
   // PyTorch's MultiheadAttention._reset_parameters, and Linear's init for out_proj:
@@ -129,7 +128,7 @@ struct Parameters {
     for (auto* b : {&bias_k, &bias_v})
       if (*b)
         for (auto& x : **b) x = static_cast<T>(g.normal(0.0, std::sqrt(1.0 / E)));
-    version = detail::new_weights_version();
+    version_ = detail::new_weights_version();
   }
 
   // The projections as three separate weights and biases, whichever variant this is.
@@ -149,7 +148,7 @@ struct Parameters {
     p.packed = to_packed;
     if (to_packed) p.in_proj_weight = pack(s).in_proj_weight, p.separate = {};
     else p.separate = {s.w_q, s.w_k, s.w_v, {}, {}, {}}, p.in_proj_weight = {};
-    p.version = detail::new_weights_version();
+    p.version_ = detail::new_weights_version();
     return p;
   }
 
@@ -158,10 +157,16 @@ struct Parameters {
   QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
                        Aliasing aliasing) const {
     if (packed) return in_projection_packed(query, key, value, in_proj_weight, in_proj_bias, aliasing);
-    return mha::in_projection(query, key, value, separate_projections());
+    return textbook::in_projection(query, key, value, separate_projections());
   }
 
+  // A number that changes with every change of these weights through set(), reset() or
+  // repacked(), and that no other state of any Parameters has had: a cache's key.
+  std::uint64_t version() const { return version_; }
+
 private:
+  std::uint64_t version_ = detail::new_weights_version();
+
   void require(std::string_view name) const {
     const auto n = names();
     check(std::find(n.begin(), n.end(), name) != n.end(), name, "no such parameter in this module (its parameters: {})",
@@ -169,4 +174,4 @@ private:
   }
 };
 
-}  // namespace mha
+}  // namespace mha::textbook

@@ -1,4 +1,4 @@
-// mha:random — a small seedable generator for initialisation and dropout.
+// modules/textbook/random.hpp — a small seedable generator for initialisation and dropout.
 //
 // PyTorch draws from its global generator; here every draw comes from a Generator the
 // caller seeds, so a run is reproducible. The numbers are not PyTorch's (its generator

@@ -1,8 +1,8 @@
-// mha:reference_backward — the gradients of multi_head_attention_forward, one step at a time.
+// modules/textbook/reference_backward.hpp — the gradients of multi_head_attention_forward, one step at a time.
 //
 // What loss.backward() computes in PyTorch for a MultiheadAttention, written out: the
-// forward's steps (:reference_forward) taken in reverse, from step 10 back to step 1, each
-// through the formula of :gradients that undoes it. The loss is
+// forward's steps (reference_forward.hpp) taken in reverse, from step 10 back to step 1, each
+// through the formula of gradients.hpp that undoes it. The loss is
 //   sum(attn_output * grad_attn_output) [+ sum(attn_output_weights * grad_attn_output_weights)],
 // so the gradients given are dL/d(attn_output) and, optionally, dL/d(attn_output_weights).
 // This is not autograd: there is no tape; the forward keeps what is needed (SavedForward)
@@ -12,7 +12,7 @@
 // N = batch, E = embed_dim, H = heads, D = head_dim = E / H, B = N*H.
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
-// Uses :options, :parameters, :inputs, :attention, :in_projection, :gradients, :reference_forward.
+// Uses options.hpp, parameters.hpp, inputs.hpp, attention.hpp, in_projection.hpp, gradients.hpp, reference_forward.hpp.
 
 export namespace mha {
 
@@ -27,12 +27,12 @@ struct Gradients {
 
 }  // namespace mha
 
-namespace mha::detail {
+namespace mha::textbook {
 
 // The per-use gradients of query, key and value summed into one per input object, each in
 // the caller's layout. A use absent (nullopt) was already summed by the in-projection.
 template <class T>
-void gradients_per_object(const SavedForward<T>& s, InProjectionGradients<T>& g, Gradients<T>& out) {
+void gradients_per_object(const detail::SavedForward<T>& s, InProjectionGradients<T>& g, Gradients<T>& out) {
   xt::xtensor<T, 3> query = std::move(g.query);  // (L, N, E)
   if (s.query_is_key && g.key) query += *g.key, g.key.reset();
   if (s.query_is_value && g.value) query += *g.value, g.value.reset();
@@ -59,7 +59,7 @@ void store_in_projection_gradients(const Parameters<T>& params, const SeparatePr
 
 // The forward's steps 10 to 1, in reverse, on what the forward saved.
 template <class T>
-Gradients<T> reference_backward(const Options& options, const Parameters<T>& params, const SavedForward<T>& s,
+Gradients<T> reference_backward(const Options& options, const Parameters<T>& params, const detail::SavedForward<T>& s,
                                 const xt::xarray<T>& grad_attn_output,
                                 const std::optional<xt::xarray<T>>& grad_attn_output_weights) {
   const std::size_t H = static_cast<std::size_t>(options.num_heads), L = s.L, N = s.N;
@@ -112,4 +112,4 @@ Gradients<T> reference_backward(const Options& options, const Parameters<T>& par
   return out;
 }
 
-}  // namespace mha::detail
+}  // namespace mha::textbook

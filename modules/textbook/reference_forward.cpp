@@ -1,4 +1,4 @@
-// mha:reference_forward, the steps: multi_head_attention_forward, one tensor per step.
+// modules/textbook/reference_forward.cpp — multi_head_attention_forward, one tensor per step.
 //
 // The body of reference_forward, declared in modules/textbook/reference_forward.hpp: steps 3 to 10
 // of forward() in torch/nn/functional.py's order, each calling the file that teaches
@@ -11,13 +11,13 @@ module;
 
 module mha;
 
-namespace mha::detail {
+namespace mha::textbook {
 
 template <class T>
 Output<T> reference_forward(const Options& options, const Parameters<T>& params, const xt::xarray<T>& query,
-                            const xt::xarray<T>& key, const xt::xarray<T>& value, const Geometry& g,
-                            PreparedMasks<T> masks, const ForwardOptions<T>& opts, const StaticKV<T>& statics,
-                            double dropout_p, Generator& generator, SavedForward<T>* saved) {
+                            const xt::xarray<T>& key, const xt::xarray<T>& value, const detail::Geometry& g,
+                            PreparedMasks<T> masks, const ForwardOptions<T>& opts, const StaticKeysValues<T>& statics,
+                            double dropout_p, Generator& generator, detail::SavedForward<T>* saved) {
   const std::size_t H = static_cast<std::size_t>(options.num_heads), L = g.L, N = g.N;
   const bool batch_first = options.batch_first && g.batched;
 
@@ -37,9 +37,9 @@ Output<T> reference_forward(const Options& options, const Parameters<T>& params,
   // 5) heads: (L, N, E) -> (N*H, L, D); static_k and static_v, already heads, replace k
   //    and v. PyTorch projected k and v above all the same (a TODO in its source); the
   //    engine does not.
-  auto qh = split_heads(q, H);                                   // (N*H, L, D)
-  auto kh = statics.k ? statics.k.tensor() : split_heads(k, H);  // (N*H, S', D)
-  auto vh = statics.v ? statics.v.tensor() : split_heads(v, H);  // (N*H, S', D)
+  auto qh = split_heads(q, H);                           // (N*H, L, D)
+  auto kh = statics.k ? *statics.k : split_heads(k, H);  // (N*H, S', D)
+  auto vh = statics.v ? *statics.v : split_heads(v, H);  // (N*H, S', D)
 
   // 6) add_zero_attn: one more key and value, all zeros, the masks padded to match
   if (options.add_zero_attn) {
@@ -71,42 +71,44 @@ Output<T> reference_forward(const Options& options, const Parameters<T>& params,
         output_weights(attention.weights.data(), N, H, L, S_total, opts.average_attn_weights, g.batched);
 
   if (saved) {
-    *saved = {g.batched,
-              batch_first,
-              g.aliasing,
-              &query == &key,
-              &key == &value,
-              &query == &value,
-              L,
-              g.S,
-              N,
-              opts.need_weights,
-              opts.average_attn_weights,
-              {out.attn_output.shape().begin(), out.attn_output.shape().end()},
-              weights_shape(N, H, L, S_total, opts.average_attn_weights, g.batched),
-              std::move(query_in),
-              std::move(key_in),
-              std::move(value_in),
-              std::move(qh),
-              std::move(kh),
-              std::move(vh),
-              std::move(attention.probabilities),
-              std::move(attention.weights),
-              std::move(keep),
-              dropout_p,
-              std::move(merged)};
+    *saved = detail::SavedForward<T>{g.batched,
+                                     batch_first,
+                                     g.aliasing,
+                                     &query == &key,
+                                     &key == &value,
+                                     &query == &value,
+                                     L,
+                                     g.S,
+                                     N,
+                                     opts.need_weights,
+                                     opts.average_attn_weights,
+                                     {out.attn_output.shape().begin(), out.attn_output.shape().end()},
+                                     weights_shape(N, H, L, S_total, opts.average_attn_weights, g.batched),
+                                     std::move(query_in),
+                                     std::move(key_in),
+                                     std::move(value_in),
+                                     std::move(qh),
+                                     std::move(kh),
+                                     std::move(vh),
+                                     std::move(attention.probabilities),
+                                     std::move(attention.weights),
+                                     std::move(keep),
+                                     dropout_p,
+                                     std::move(merged)};
   }
   return out;
 }
 
 // Compiled here once for each dtype the library has.
 template Output<float> reference_forward(const Options&, const Parameters<float>&, const xt::xarray<float>&,
-                                         const xt::xarray<float>&, const xt::xarray<float>&, const Geometry&,
-                                         PreparedMasks<float>, const ForwardOptions<float>&, const StaticKV<float>&,
-                                         double, Generator&, SavedForward<float>*);
+                                         const xt::xarray<float>&, const xt::xarray<float>&, const detail::Geometry&,
+                                         PreparedMasks<float>, const ForwardOptions<float>&,
+                                         const StaticKeysValues<float>&, double, Generator&,
+                                         detail::SavedForward<float>*);
 template Output<double> reference_forward(const Options&, const Parameters<double>&, const xt::xarray<double>&,
-                                          const xt::xarray<double>&, const xt::xarray<double>&, const Geometry&,
-                                          PreparedMasks<double>, const ForwardOptions<double>&, const StaticKV<double>&,
-                                          double, Generator&, SavedForward<double>*);
+                                          const xt::xarray<double>&, const xt::xarray<double>&, const detail::Geometry&,
+                                          PreparedMasks<double>, const ForwardOptions<double>&,
+                                          const StaticKeysValues<double>&, double, Generator&,
+                                          detail::SavedForward<double>*);
 
-}  // namespace mha::detail
+}  // namespace mha::textbook

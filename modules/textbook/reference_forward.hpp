@@ -1,9 +1,9 @@
-// mha:reference_forward — PyTorch's multi_head_attention_forward, one step at a time.
+// modules/textbook/reference_forward.hpp — PyTorch's multi_head_attention_forward, one step at a time.
 //
 // torch/nn/functional.py (multi_head_attention_forward), in its order, every intermediate
 // a tensor a reader can print: the steps are numbered as in MultiheadAttention::forward,
 // and each calls the file that teaches it. This is AttentionPath::reference, the
-// tutorials' path; the fast paths (:engine) compute the same and the tests hold them to it.
+// tutorials' path; the fast paths (mha:engine) compute the same and the tests hold them to it.
 // The steps themselves are in reference_forward.cpp, compiled once for float and double:
 // editing a step recompiles that one file and relinks (docs/building.md).
 //
@@ -11,7 +11,7 @@
 // N = batch, E = embed_dim, H = heads, D = head_dim = E / H.
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
-// Uses :random, :options, :parameters, :inputs, :masks, :in_projection.
+// Uses random.hpp, options.hpp, parameters.hpp, inputs.hpp, masks.hpp, in_projection.hpp.
 
 namespace mha::detail {
 
@@ -21,7 +21,7 @@ namespace mha::detail {
 template <class T>
 struct SavedForward {
   bool batched = true, batch_first = false;  // the caller's layout
-  Aliasing aliasing = Aliasing::none;        // the in-projection's branch (one, two or three GEMMs)
+  Aliasing aliasing = Aliasing::none;        // the in-projection's branch (one, two or three products)
   // Which inputs were one object: their gradients are summed into it, as in PyTorch's x.grad.
   bool query_is_key = false, key_is_value = false, query_is_value = false;
   std::size_t L = 0, S = 0, N = 0;
@@ -40,6 +40,17 @@ struct SavedForward {
   const xt::xtensor<T, 3>& weights_after_dropout() const { return dropout_mask ? weights : probabilities; }
 };
 
+}  // namespace mha::detail
+
+namespace mha::textbook {
+
+// static_k and static_v of the functional form (a KV cache), as (N*H, S, D) tensors:
+// either, both or neither.
+template <class T>
+struct StaticKeysValues {
+  std::optional<xt::xtensor<T, 3>> k, v;  // (N*H, S, D)
+};
+
 // Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2). static_k
 // and static_v, when given (the functional form, a KV cache), replace k and v after the
 // in-projection; the masks then already have their length. Dropout (dropout_p > 0,
@@ -47,8 +58,8 @@ struct SavedForward {
 // With `saved`, what the backward pass needs is kept there.
 template <class T>
 Output<T> reference_forward(const Options& options, const Parameters<T>& params, const xt::xarray<T>& query,
-                            const xt::xarray<T>& key, const xt::xarray<T>& value, const Geometry& g,
-                            PreparedMasks<T> masks, const ForwardOptions<T>& opts, const StaticKV<T>& statics,
-                            double dropout_p, Generator& generator, SavedForward<T>* saved = nullptr);
+                            const xt::xarray<T>& key, const xt::xarray<T>& value, const detail::Geometry& g,
+                            PreparedMasks<T> masks, const ForwardOptions<T>& opts, const StaticKeysValues<T>& statics,
+                            double dropout_p, Generator& generator, detail::SavedForward<T>* saved = nullptr);
 
-}  // namespace mha::detail
+}  // namespace mha::textbook

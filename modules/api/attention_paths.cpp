@@ -1,0 +1,58 @@
+// modules/api/attention_paths.cpp — attention_steps: the reference or the engine, and its
+// explicit instantiations for float and double.
+//
+// The body of what modules/api/attention_paths.hpp declares.
+//
+// Legend: L = target length, S = source length (static_k's when given), S' = S with bias_k
+// and the zero key, N = batch, H = heads, D = head_dim.
+module;
+#include "third_party.hpp"
+
+module mha;
+
+namespace mha::detail {
+
+// static_k and static_v as the reference reads them: (N*H, S, D) tensors of their own.
+template <class T>
+textbook::StaticKeysValues<T> static_tensors(const StaticKV<T>& statics) {
+  textbook::StaticKeysValues<T> st;
+  if (statics.k) st.k = statics.k.tensor();  // (N*H, S, D)
+  if (statics.v) st.v = statics.v.tensor();  // (N*H, S, D)
+  return st;
+}
+
+template <class T>
+Output<T> attention_steps(Engine<T>& engine, const Options& options, const textbook::Parameters<T>& params,
+                          const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                          const Geometry& g, textbook::PreparedMasks<T> masks, const ForwardOptions<T>& opts,
+                          const StaticKV<T>& statics, AttentionPath path, double dropout_p, Generator& generator,
+                          SavedForward<T>* saved) {
+  const std::size_t S_keys = statics.k ? statics.k.S : g.S;
+  const std::size_t S_total = S_keys + options.add_bias_kv + options.add_zero_attn;  // S'
+  // A record for backward(): the engine's forward keeps it, unless the reference path is
+  // chosen or there is nothing for the engine to multiply (training_forward_applies).
+  if (saved && path != AttentionPath::reference && training_forward_applies(g, statics, S_total))
+    return training_forward(engine, options, params, query, key, value, g, std::move(masks), opts, dropout_p, generator,
+                            *saved);
+  const AttentionPath resolved =
+      saved ? AttentionPath::reference : resolve_attention_path(path, opts.need_weights, g.L, S_total);
+  if (resolved == AttentionPath::reference || opts.dropout_mask)
+    return textbook::reference_forward(options, params, query, key, value, g, std::move(masks), opts,
+                                       static_tensors(statics), dropout_p, generator, saved);
+  return engine.forward(options, params, query, key, value, g, std::move(masks), opts, statics, resolved, dropout_p,
+                        generator);
+}
+
+// Compiled here once for each dtype the library has.
+// NOLINTBEGIN(bugprone-macro-parentheses)
+#define MHA_INSTANTIATE_ATTENTION_PATHS(T)                                                                             \
+  template Output<T> attention_steps(Engine<T>&, const Options&, const textbook::Parameters<T>&, const xt::xarray<T>&, \
+                                     const xt::xarray<T>&, const xt::xarray<T>&, const Geometry&,                      \
+                                     textbook::PreparedMasks<T>, const ForwardOptions<T>&, const StaticKV<T>&,         \
+                                     AttentionPath, double, Generator&, SavedForward<T>*);
+MHA_INSTANTIATE_ATTENTION_PATHS(float)
+MHA_INSTANTIATE_ATTENTION_PATHS(double)
+#undef MHA_INSTANTIATE_ATTENTION_PATHS
+// NOLINTEND(bugprone-macro-parentheses)
+
+}  // namespace mha::detail
