@@ -7,7 +7,10 @@ send them somewhere real. This test reads every comment in the C++ and CMake sou
   - a module partition, `:name` or `mha:name`, other than mha's four (platform, textbook,
     engine, api);
   - a path (modules/..., tests/..., docs/...) that is not a file or folder of the tree;
-  - a C++ file name (name.hpp, name.cpp, name.cppm) that no file of the tree has.
+  - a C++ file name (name.hpp, name.cpp, name.cppm) that no file of the tree has;
+and on a file of one of modules/' folders, or a module unit (modules/*.cppm), whose first
+line is not `// <its path>`, what it is following. (modules/third_party*.hpp, the headers of
+every unit's global module fragment, are not module code.)
 
   comment_names_test.py SOURCE_DIR            the check
   comment_names_test.py SOURCE_DIR --plant    the same with a comment naming a partition
@@ -59,6 +62,9 @@ def main():
         text = (root / f).read_text(errors="replace")
         if plant and f == "modules/mha.cppm":
             text += "\n// the heads are split in :split_heads_partition\n"
+        module_code = f.startswith("modules/") and (f.count("/") == 2 or f.endswith(".cppm"))
+        if module_code and not text.startswith(f"// {f} "):
+            problems.append(f"{f}:1: does not open with its path (// {f} ...)")
         for number, comment in comments(text):
             for m in PARTITION.finditer(comment):
                 if m.group(1) not in PARTITIONS:

@@ -1,4 +1,4 @@
-// modules/golden/case_json.hpp — case_json — (internal) the fields of a case.json, each of the kind it must be.
+// modules/golden/case_json.hpp (internal) — the fields of a case.json, each of the kind it must be.
 //
 // case.json is the one file of a golden case that is text (golden/FORMAT.md). Every field
 // is read through case_field, which says which field is missing or of the wrong kind:

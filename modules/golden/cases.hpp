@@ -1,4 +1,4 @@
-// modules/golden/cases.hpp — cases — golden cases written by PyTorch: case.json and the case's tensors.
+// modules/golden/cases.hpp — golden cases written by PyTorch: case.json and the case's tensors.
 //
 // A case is a folder with case.json and .npy tensors, in the format of
 // golden/FORMAT.md: the module's options, its parameters under PyTorch's state_dict

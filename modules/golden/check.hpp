@@ -1,4 +1,4 @@
-// modules/golden/check.hpp — check — running a golden case, and comparing with what PyTorch returned.
+// modules/golden/check.hpp — running a golden case, and comparing with what PyTorch returned.
 //
 // Builds the module a case describes, runs every variant (packed, and separate after
 // splitting), and compares each expected tensor within the case's tolerance

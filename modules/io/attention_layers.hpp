@@ -1,4 +1,4 @@
-// modules/io/attention_layers.hpp — attention_layers — the nn.MultiheadAttention layers in a model's weights.
+// modules/io/attention_layers.hpp — the nn.MultiheadAttention layers in a model's weights.
 //
 // A layer is found by PyTorch's key names: a prefix P ("transformer_encoder.layers.0.
 // self_attn.") with P + "out_proj.weight" and P + "in_proj_weight" (packed) or

@@ -1,4 +1,4 @@
-// modules/io/checkpoint.hpp — checkpoint — a trained model's weights, opened by their headers.
+// modules/io/checkpoint.hpp — a trained model's weights, opened by their headers.
 //
 // A checkpoint is a .safetensors file or a folder of .npy files named by state_dict keys.
 // open_checkpoint reads only the headers (the safetensors header, or each .npy file's),

@@ -1,4 +1,4 @@
-// modules/io/dtypes.hpp — dtypes — (internal) the element types the readers know, under each format's name.
+// modules/io/dtypes.hpp (internal) — the element types the readers know, under each format's name.
 //
 // One element type has three spellings: NumPy's descr in a .npy header ('<f4'), the
 // safetensors dtype ("F32"), and the name NumPy and PyTorch print (float32). This table

@@ -1,4 +1,4 @@
-// modules/io/file_bytes.hpp — file_bytes — (internal) bytes of a file, read by offset.
+// modules/io/file_bytes.hpp (internal) — bytes of a file, read by offset.
 //
 // The one place where the readers seek and read. A checkpoint's header is read once and
 // its tensors later, each from its own offset when it is asked for; between the two the

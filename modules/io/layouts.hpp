@@ -1,4 +1,4 @@
-// modules/io/layouts.hpp — layouts — other models' fused or separate Q/K/V weights, to and from PyTorch's.
+// modules/io/layouts.hpp — other models' fused or separate Q/K/V weights, to and from PyTorch's.
 //
 // PyTorch's nn.MultiheadAttention keeps the in-projection as in_proj_weight (3E, E) =
 // [W_q; W_k; W_v] with y = x W^T + b (see mha's textbook/in_projection.hpp). Other model families

@@ -1,4 +1,4 @@
-// modules/io/npy.hpp — npy — reading and writing NumPy .npy files (format 1.0, 2.0 and 3.0).
+// modules/io/npy.hpp — reading and writing NumPy .npy files (format 1.0, 2.0 and 3.0).
 //
 // The golden tensors PyTorch wrote with numpy.save come in through here. The reader
 // trusts nothing in the file: the magic string, the header, the dtype, the shape and

@@ -1,4 +1,4 @@
-// modules/io/npy_folder.hpp — npy_folder — a folder of .npy files named by state_dict keys, as one set of weights.
+// modules/io/npy_folder.hpp — a folder of .npy files named by state_dict keys, as one set of weights.
 //
 // The file name without ".npy" is the key: "in_proj_weight.npy", "out_proj.weight.npy",
 // "layers.0.self_attn.in_proj_weight.npy". A folder is listed by the files' headers

@@ -1,4 +1,4 @@
-// modules/io/npy_header.hpp — npy_header — (internal) the header of a .npy file, read and checked.
+// modules/io/npy_header.hpp (internal) — the header of a .npy file, read and checked.
 //
 // A .npy file (numpy/lib/format.py) is
 //

@@ -1,4 +1,4 @@
-// modules/io/safetensors.hpp — safetensors — .safetensors files, the format PyTorch users save state_dicts in.
+// modules/io/safetensors.hpp — .safetensors files, the format PyTorch users save state_dicts in.
 //
 //   [8 bytes]  n, the header length, an unsigned little-endian integer
 //   [n bytes]  a JSON object: for each tensor name {"dtype": "F32", "shape": [3, 4],

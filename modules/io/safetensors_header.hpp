@@ -1,4 +1,4 @@
-// modules/io/safetensors_header.hpp — safetensors_header — (internal) the header of a .safetensors file, checked.
+// modules/io/safetensors_header.hpp (internal) — the header of a .safetensors file, checked.
 //
 // A .safetensors file is
 //

@@ -1,0 +1,110 @@
+// The catalogue of mistakes: each one's stable id, the step it is made in, one line for the
+// student and the page to read again. docs/labs.md has this table (`mha-grade catalogue`
+// prints it; the test labs-catalogue-table fails when the two differ).
+//
+// How each mistake is recomputed is in mistakes.hpp; which lab can show it is the `labs`
+// column, and each lab's part lists its mistakes (labs.cpp).
+#include "third_party.hpp"
+
+import mha;
+import mha.io;
+import mha.golden;
+
+#include "grader.hpp"
+
+namespace grader {
+
+const std::vector<Entry>& catalogue() {
+  using M = Mistake;
+  static const std::vector<Entry> entries{
+      {M::qk_swapped, "qk_swapped", "split",
+       "rows [0, E) and [E, 2E) of in_proj_weight (and in_proj_bias) exchanged: Q and K are swapped",
+       "docs/02-packed-layout.md", "01 02 05"},
+      {M::kv_swapped, "kv_swapped", "split",
+       "rows [E, 2E) and [2E, 3E) of in_proj_weight (and in_proj_bias) exchanged: K and V are swapped",
+       "docs/02-packed-layout.md", "01 02 05"},
+      {M::qv_swapped, "qv_swapped", "split",
+       "rows [0, E) and [2E, 3E) of in_proj_weight (and in_proj_bias) exchanged: Q and V are swapped",
+       "docs/02-packed-layout.md", "01 02 05"},
+      {M::order_kvq, "order_kvq", "split",
+       "in_proj_weight read as [W_k; W_v; W_q]: the blocks are Q, K, V from the top", "docs/02-packed-layout.md",
+       "01 02 05"},
+      {M::order_vqk, "order_vqk", "split",
+       "in_proj_weight read as [W_v; W_q; W_k]: the blocks are Q, K, V from the top", "docs/02-packed-layout.md",
+       "01 02 05"},
+      {M::weight_not_transposed, "weight_not_transposed", "projection",
+       "x W instead of x W^T: a weight is stored (out, in), and a square one still runs",
+       "docs/03-projections-by-hand.md", "02 05", 2},
+      {M::bias_missing, "bias_missing", "projection", "the in-projection's bias b_q, b_k, b_v left out",
+       "docs/03-projections-by-hand.md", "02 05"},
+      {M::no_scaling, "no_scaling", "scaling", "the scores q k^T not scaled: q is multiplied by 1/sqrt(D) first",
+       "docs/07-why-scaling.md", "03 05"},
+      {M::scaled_by_d_not_sqrt, "scaled_by_d_not_sqrt", "scaling", "q divided by D instead of sqrt(D)",
+       "docs/07-why-scaling.md", "03 05"},
+      {M::scaled_by_e_not_d, "scaled_by_e_not_d", "scaling",
+       "q divided by sqrt(E) instead of sqrt(D): the scale is the head's size, D = E / H", "docs/07-why-scaling.md", "05"},
+      {M::heads_split_wrong, "heads_split_wrong", "heads",
+       "each row of E read as (D, H) instead of (H, D): head h is columns [h*D, (h+1)*D), not every H-th column",
+       "docs/05-heads.md", "03 05"},
+      {M::softmax_wrong_axis, "softmax_wrong_axis", "softmax",
+       "softmax over the queries instead of the keys: each row of weights (one query) must sum to 1",
+       "docs/05-heads.md", "03 05"},
+      {M::mask_inverted, "mask_inverted", "masks",
+       "a bool mask's True read as \"may attend\": in nn.MultiheadAttention True means masked", "docs/09-masks.md",
+       "04 05", 3},
+      {M::mask_ignored, "mask_ignored", "masks", "a mask given but not applied to the scores", "docs/09-masks.md",
+       "04 05", 3},
+      {M::key_padding_mask_wrong_rows, "key_padding_mask_wrong_rows", "masks",
+       "key_padding_mask (N, S) given to the wrong batch-heads: batch-head b = n*H + h takes row n = b / H",
+       "docs/09-masks.md", "04 05"},
+      {M::weights_not_averaged, "weights_not_averaged", "output",
+       "attn_output_weights summed over the heads, not averaged", "docs/11-attention-maps.md", "05"},
+      {M::out_proj_missing, "out_proj_missing", "output",
+       "the output projection out_proj left out: attn_output is the heads side by side", "docs/05-heads.md", "05"},
+      {M::grad_transposed, "grad_transposed", "backward: linear",
+       "a weight gradient transposed: dW = dY^T X is (out, in), as the weight", "docs/17-backward-by-hand.md", "06", 3},
+      {M::softmax_jacobian_diagonal_missing, "softmax_jacobian_diagonal_missing", "backward: softmax",
+       "the softmax backward without its diagonal: dS = P * (dP - rowsum(dP * P)), not -P * rowsum(dP * P)",
+       "docs/17-backward-by-hand.md", "06"},
+      {M::grad_scale_missing, "grad_scale_missing", "backward: scores",
+       "the 1/sqrt(D) missing from dq or dk: the scores are (q / sqrt(D)) k^T", "docs/17-backward-by-hand.md", "06", 3},
+      {M::bias_grad_not_summed, "bias_grad_not_summed", "backward: linear",
+       "a bias gradient not summed over the batch and the positions: every row of dY used the bias",
+       "docs/17-backward-by-hand.md", "06", 2},
+  };
+  return entries;
+}
+
+const Entry& entry(Mistake m) { return catalogue().at(static_cast<std::size_t>(m)); }
+
+std::optional<Mistake> mistake_named(std::string_view name) {
+  for (const auto& e : catalogue())
+    if (e.name == name) return e.id;
+  return std::nullopt;
+}
+
+std::string catalogue_markdown() {
+  std::string table = "| id | step | what went wrong | reread | labs |\n| --- | --- | --- | --- | --- |\n";
+  for (const auto& e : catalogue()) {
+    // docs/labs.md sits in docs/: its links drop the folder.
+    std::string_view page = e.page;
+    if (page.starts_with("docs/")) page.remove_prefix(5);
+    table += fmt::format("| `{}` | {} | {} | [{}]({}) | {} |\n", e.name, e.step, e.explanation, page, page, e.labs);
+  }
+  return table;
+}
+
+std::optional<int> made(const Injections& injections, Mistake m) {
+  for (const auto& i : injections)
+    if (i.mistake == m) return i.variant;
+  return std::nullopt;
+}
+
+std::string names(const Injections& injections) {
+  std::vector<std::string> ids;
+  for (const auto& i : injections) ids.emplace_back(entry(i.mistake).name);
+  std::sort(ids.begin(), ids.end());
+  return fmt::format("{}", fmt::join(ids, " + "));
+}
+
+}  // namespace grader

@@ -1,0 +1,563 @@
+// Each lab's graded parts: which golden cases a part takes, what the student's function is
+// given and what it answers, PyTorch's tensors for it, and the grader's recomputation under
+// the part's mistakes.
+//
+// A part's tensors are named and listed in the forward's order (q, k, v, heads, weights,
+// attn_output; in the backward, out_proj's gradients first): the first that differs is the
+// first step that went wrong.
+//
+// Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
+// D = head_dim = E / H, B = N*H.
+#include "third_party.hpp"
+
+import mha;
+import mha.io;
+import mha.golden;
+
+#include "grader.hpp"
+#include "lab_api.hpp"
+#include "library.hpp"
+#include "mistakes.hpp"
+
+namespace grader {
+
+namespace {
+
+using M = Mistake;
+const std::vector<Mistake> split_mistakes{M::qk_swapped, M::kv_swapped, M::qv_swapped, M::order_kvq, M::order_vqk};
+
+bool has_file(const mha::CaseInfo& info, const char* name) {
+  return std::filesystem::exists(info.dir / (std::string(name) + ".npy"));
+}
+
+// A forward case of a module (versions 1 and 2) that PyTorch computed, with its q, k, v.
+bool module_case(const mha::CaseInfo& info) {
+  return !info.is_functional() && !info.expect_error && has_file(info, "q");
+}
+
+// What the labs from 03 on take: the module's forward without bias_k/bias_v, the zero key
+// or dropout (the tutorials cover those; the labs leave them out).
+bool attention_case(const mha::CaseInfo& info) {
+  return module_case(info) && !info.options.add_bias_kv && !info.options.add_zero_attn && !info.training;
+}
+
+template <class T>
+xt::xtensor<T, 3> tensor3(const xt::xarray<T>& a) {
+  return a;
+}
+
+template <class T>
+std::optional<xt::xtensor<T, 1>> parameter1(const mha::Case<T>& c, const std::string& name) {
+  if (!c.parameters.contains(name)) return std::nullopt;
+  return xt::xtensor<T, 1>(c.parameters.at(name));
+}
+
+// PyTorch's tensors of the case, by name.
+template <class T>
+Tensors<T> files(const mha::Case<T>& c, std::initializer_list<const char*> names) {
+  Tensors<T> t;
+  for (const char* name : names)
+    if (c.expected.contains(name)) t.push_back({name, c.expected.at(name)});
+  return t;
+}
+
+// The inputs as the in-projection sees them: (L, N, E), (S, N, Ek), (S, N, Ev).
+template <class T>
+struct SeqFirst {
+  xt::xtensor<T, 3> query, key, value;
+};
+template <class T>
+SeqFirst<T> seq_first(const mha::Case<T>& c) {
+  const bool bf = c.info.options.batch_first && c.query.dimension() == 3;
+  return {lib::seq_first(c.query, bf), lib::seq_first(c.key, bf), lib::seq_first(c.value, bf)};
+}
+
+// The projections of q, k, v with the given weights.
+template <class T>
+Tensors<T> qkv(const SeqFirst<T>& x, const mha::SeparateProjections<T>& w, bool not_transposed) {
+  return {{"q", project(x.query, w.w_q, w.b_q, not_transposed)},
+          {"k", project(x.key, w.w_k, w.b_k, not_transposed)},
+          {"v", project(x.value, w.w_v, w.b_v, not_transposed)}};
+}
+
+template <class T>
+Tensors<T> blocks(const mha::SeparateProjections<T>& w) {
+  Tensors<T> t{{"W_q", w.w_q}, {"W_k", w.w_k}, {"W_v", w.w_v}};
+  for (auto [name, b] : {std::pair{"b_q", &w.b_q}, {"b_k", &w.b_k}, {"b_v", &w.b_v}})
+    if (*b) t.push_back({name, **b});
+  return t;
+}
+
+// --- lab 01 ---
+
+template <class T>
+PartFunctions<T> split_functions(SplitFn<T> split) {
+  return {[split](const mha::Case<T>& c) {
+            const auto w = split(c.parameters.at("in_proj_weight"), parameter1(c, "in_proj_bias"));
+            Tensors<T> t = blocks(w);
+            for (auto& x : qkv(seq_first(c), w, false)) t.push_back(std::move(x));
+            return t;
+          },
+          [](const mha::Case<T>& c) {
+            return files(c, {"q", "k", "v"});
+          },
+          [](const mha::Case<T>& c, const Injections& m) {
+            const auto w = in_projection_weights(c.parameters, static_cast<std::size_t>(c.info.options.embed_dim), m);
+            Tensors<T> t = blocks(w);
+            for (auto& x : qkv(seq_first(c), w, false)) t.push_back(std::move(x));
+            return t;
+          }};
+}
+
+template <class T>
+PartFunctions<T> pack_functions(PackFn<T> pack) {
+  return {[pack](const mha::Case<T>& c) {
+            const auto p = pack(
+                lib::split_packed(xt::xtensor<T, 2>(c.parameters.at("in_proj_weight")), parameter1(c, "in_proj_bias")));
+            Tensors<T> t{{"in_proj_weight", p.in_proj_weight}};
+            if (p.in_proj_bias) t.push_back({"in_proj_bias", *p.in_proj_bias});
+            return t;
+          },
+          [](const mha::Case<T>& c) {
+            Tensors<T> t{{"in_proj_weight", c.parameters.at("in_proj_weight")}};
+            if (c.parameters.contains("in_proj_bias")) t.push_back({"in_proj_bias", c.parameters.at("in_proj_bias")});
+            return t;
+          },
+          [](const mha::Case<T>& c, const Injections& m) {
+            // The blocks put where the mistaken layout says they go: W_q in block qkv_blocks[0].
+            const std::size_t E = static_cast<std::size_t>(c.info.options.embed_dim);
+            const auto block = qkv_blocks(m);
+            Tensors<T> t;
+            for (const char* name : {"in_proj_weight", "in_proj_bias"}) {
+              if (!c.parameters.contains(name)) continue;
+              const xt::xarray<T>& right = c.parameters.at(name);
+              xt::xarray<T> packed = right;
+              for (std::size_t x = 0; x < 3; ++x)
+                xt::view(packed, xt::range(block[x] * E, (block[x] + 1) * E)) =
+                    xt::view(right, xt::range(x * E, (x + 1) * E));
+              t.push_back({name, packed});
+            }
+            return t;
+          }};
+}
+
+// --- lab 02 ---
+
+// The in-projection of a case under the mistakes: q, k, v.
+template <class T>
+Tensors<T> in_projection_under(const mha::Case<T>& c, const Injections& m) {
+  const auto w = in_projection_weights(c.parameters, static_cast<std::size_t>(c.info.options.embed_dim), m);
+  return qkv(seq_first(c), w, made(m, Mistake::weight_not_transposed).has_value());
+}
+
+// Aliased inputs are one object, as PyTorch was given them.
+template <class T>
+Tensors<T> qkv_answer(const mha::QKV<T>& a) {
+  return {{"q", a.q}, {"k", a.k}, {"v", a.v}};
+}
+
+template <class T>
+PartFunctions<T> packed_projection_functions(PackedProjectionFn<T> f) {
+  return {[f](const mha::Case<T>& c) {
+            const auto x = seq_first(c);
+            const auto& key = c.info.query_is_key ? x.query : x.key;
+            const auto& value = c.info.key_is_value ? key : x.value;
+            return qkv_answer(f(x.query, key, value, c.parameters.at("in_proj_weight"), parameter1(c, "in_proj_bias")));
+          },
+          [](const mha::Case<T>& c) {
+            return files(c, {"q", "k", "v"});
+          },
+          in_projection_under<T>};
+}
+
+template <class T>
+PartFunctions<T> separate_projection_functions(SeparateProjectionFn<T> f) {
+  return {[f](const mha::Case<T>& c) {
+            const auto x = seq_first(c);
+            const auto w = in_projection_weights(c.parameters, static_cast<std::size_t>(c.info.options.embed_dim), {});
+            return qkv_answer(f(x.query, x.key, x.value, w));
+          },
+          [](const mha::Case<T>& c) {
+            return files(c, {"q", "k", "v"});
+          },
+          in_projection_under<T>};
+}
+
+// --- labs 03 and 04: the attention after PyTorch's own q, k, v ---
+
+// The tensors of lab 03 from a trace (or the student's pieces), in the forward's order.
+template <class T>
+Tensors<T> attention_tensors(const xt::xtensor<T, 3>& qh, const xt::xtensor<T, 3>& weights,
+                             const xt::xtensor<T, 3>& heads, const Trace<T>& t, const xt::xtensor<T, 3>& output,
+                             const mha::Case<T>& c) {
+  Tensors<T> r{{"q split into heads (N*H, L, D)", qh},
+               {"attention weights (N*H, L, S)", weights},
+               {"attention output (N*H, L, D)", heads}};
+  if (c.forward.need_weights)
+    r.push_back(
+        {"attn_output_weights", lib::output_weights(weights, t.N, t.H, c.forward.average_attn_weights, t.batched)});
+  r.push_back({"attn_output", lib::caller_layout(output, t.batched, t.batch_first)});
+  return r;
+}
+
+template <class T>
+xt::xtensor<T, 3> out_projection(const mha::Case<T>& c, const xt::xtensor<T, 3>& merged) {
+  return lib::linear(merged, xt::xtensor<T, 2>(c.parameters.at("out_proj.weight")), parameter1(c, "out_proj.bias"));
+}
+
+template <class T>
+PartFunctions<T> attention_functions(HeadsFn<T> split, HeadsFn<T> merge, AttentionFn<T> attention) {
+  return {[=](const mha::Case<T>& c) {
+            const auto t = forward(c, {});                            // the shapes, and the right mask
+            const auto qh = split(tensor3(c.expected.at("q")), t.H);  // (B, L, D)
+            const auto kh = split(tensor3(c.expected.at("k")), t.H);  // (B, S, D)
+            const auto vh = split(tensor3(c.expected.at("v")), t.H);  // (B, S, D)
+            const auto a = attention(qh, kh, vh, t.mask);
+            const auto merged = merge(a.output, t.H);  // (L, N, E)
+            return attention_tensors(qh, a.weights, a.output, t, out_projection(c, merged), c);
+          },
+          [](const mha::Case<T>& c) {
+            return files(c, {"attn_output_weights", "attn_output"});
+          },
+          [](const mha::Case<T>& c, const Injections& m) {
+            const auto t = forward(c, m);
+            return attention_tensors(t.qh, t.weights, t.heads, t, t.output, c);
+          }};
+}
+
+// A mask as the weights see it: (1 or B, L, S) broadcast to (B, L, S); none is all zeros.
+template <class T>
+xt::xtensor<T, 3> broadcast_mask(const std::optional<xt::xtensor<T, 3>>& mask, std::size_t B, std::size_t L,
+                                 std::size_t S) {
+  if (!mask) return xt::zeros<T>({B, L, S});
+  mha::check(mask->dimension() == 3 && (mask->shape(0) == 1 || mask->shape(0) == B) && mask->shape(1) == L &&
+                 mask->shape(2) == S,
+             "mask", "expected shape {} or {}, got {}", mha::shape_string({1, L, S}), mha::shape_string({B, L, S}),
+             mha::shape_string(mask->shape()));
+  return xt::broadcast(*mask, {B, L, S});
+}
+
+template <class T>
+Tensors<T> mask_tensors(const mha::Case<T>& c, const Trace<T>& t, const std::optional<xt::xtensor<T, 3>>& mask) {
+  // The weights and the output of PyTorch's q, k, v under this mask.
+  const auto qh = lib::split_heads(tensor3(c.expected.at("q")), t.H);
+  const auto kh = lib::split_heads(tensor3(c.expected.at("k")), t.H);
+  const auto vh = lib::split_heads(tensor3(c.expected.at("v")), t.H);
+  const auto weights = attention_weights(qh, kh, mask, lib::attention_scale<T>(t.D), false);
+  const auto output = out_projection(c, lib::merge_heads(weighted_values(weights, vh), t.H));
+  Tensors<T> r{{"mask (N*H, L, S)", broadcast_mask(mask, t.N * t.H, t.L, t.S)}};
+  if (c.forward.need_weights)
+    r.push_back(
+        {"attn_output_weights", lib::output_weights(weights, t.N, t.H, c.forward.average_attn_weights, t.batched)});
+  r.push_back({"attn_output", lib::caller_layout(output, t.batched, t.batch_first)});
+  return r;
+}
+
+template <class T>
+PartFunctions<T> mask_functions(MaskFn<T> prepare) {
+  return {[prepare](const mha::Case<T>& c) {
+            const auto t = forward(c, {});
+            auto padding = c.forward.key_padding_mask;  // (S) unbatched -> (1, S)
+            if (padding && !t.batched) std::visit([&](auto& m) { m.reshape({std::size_t{1}, t.S}); }, *padding);
+            return mask_tensors(c, t, prepare(c.forward.attn_mask, padding, t.N, t.H, t.L, t.S));
+          },
+          [](const mha::Case<T>& c) {
+            return files(c, {"attn_output_weights", "attn_output"});
+          },
+          [](const mha::Case<T>& c, const Injections& m) {
+            const auto t = forward(c, {});
+            return mask_tensors(c, t, case_mask(c, t.N, t.L, t.S, m));
+          }};
+}
+
+// --- lab 05 ---
+
+template <class T>
+Tensors<T> output_tensors(const mha::Case<T>& c, const mha::Output<T>& o) {
+  Tensors<T> r;
+  if (c.forward.need_weights && o.attn_output_weights) r.push_back({"attn_output_weights", *o.attn_output_weights});
+  r.push_back({"attn_output", o.attn_output});
+  return r;
+}
+
+template <class T>
+PartFunctions<T> forward_functions(std::function<Tensors<T>(const mha::Case<T>&)> answer) {
+  return {answer,
+          [](const mha::Case<T>& c) {
+            return files(c, {"attn_output_weights", "attn_output"});
+          },
+          [](const mha::Case<T>& c, const Injections& m) {
+            const auto t = forward(c, m);
+            return output_tensors(c, mha::Output<T>{t.attn_output, t.attn_output_weights});
+          }};
+}
+
+// --- lab 06 ---
+
+// The entries of a gradient that finite differences check: the first, the middle, the last.
+std::vector<std::size_t> sampled(std::size_t size) {
+  if (size == 0) return {};
+  return size < 3 ? std::vector<std::size_t>{0} : std::vector<std::size_t>{0, size / 2, size - 1};
+}
+
+template <class T>
+xt::xarray<T> sample(const xt::xarray<T>& g) {
+  const auto at = sampled(g.size());
+  xt::xarray<T> s = xt::zeros<T>({at.size()});
+  for (std::size_t i = 0; i < at.size(); ++i) s(i) = g.data()[at[i]];
+  return s;
+}
+
+// The tensors of a case that a gradient belongs to: a parameter, or an input object (all
+// its aliases: query is key is value is one tensor).
+template <class T>
+std::vector<xt::xarray<T>*> perturbed(mha::Case<T>& c, const std::string& name) {
+  if (name == "query") {
+    std::vector<xt::xarray<T>*> p{&c.query};
+    if (c.info.query_is_key) p.push_back(&c.key);
+    if (c.info.query_is_key && c.info.key_is_value) p.push_back(&c.value);
+    return p;
+  }
+  if (name == "key") return c.info.key_is_value ? std::vector{&c.key, &c.value} : std::vector{&c.key};
+  if (name == "value") return {&c.value};
+  return {&c.parameters.at(name)};
+}
+
+// Central differences of the case's loss at the sampled entries of each gradient, in
+// float64: h = 1e-6 leaves an error near 1e-10 (h^2 and rounding / h), well within the
+// tolerance they are held to (1e-6 relative, 1e-7 absolute).
+template <class T>
+Tensors<T> finite_differences(const mha::Case<T>& c, const Tensors<T>& gradients) {
+  Tensors<T> fd;
+  if constexpr (std::is_same_v<T, double>) {
+    const double h = 1e-6;
+    for (const auto& g : gradients) {
+      mha::Case<T> d = c;
+      const auto targets = perturbed(d, g.name.substr(5));  // "grad.query" -> query
+      const auto at = sampled(g.tensor.size());
+      xt::xarray<T> values = xt::zeros<T>({at.size()});
+      for (std::size_t i = 0; i < at.size(); ++i) {
+        const T x = targets.front()->data()[at[i]];
+        for (auto* t : targets) t->data()[at[i]] = x + h;
+        const double up = loss(d);
+        for (auto* t : targets) t->data()[at[i]] = x - h;
+        const double down = loss(d);
+        for (auto* t : targets) t->data()[at[i]] = x;
+        values(i) = (up - down) / (2 * h);
+      }
+      fd.push_back({g.name + " by finite differences (first, middle, last entry)", values, 1e-6, 1e-7});
+    }
+  }
+  return fd;
+}
+
+template <class T>
+Tensors<T> with_samples(Tensors<T> gradients) {
+  if constexpr (std::is_same_v<T, double>) {
+    const std::size_t n = gradients.size();
+    for (std::size_t i = 0; i < n; ++i)
+      gradients.push_back(
+          {gradients[i].name + " by finite differences (first, middle, last entry)", sample(gradients[i].tensor)});
+  }
+  return gradients;
+}
+
+// The order of the gradients: the backward's, out_proj first, the inputs last.
+int backward_rank(const std::string& name) {
+  const std::vector<std::string> order{
+      "grad.out_proj.weight", "grad.out_proj.bias", "grad.in_proj_weight", "grad.q_proj_weight", "grad.k_proj_weight",
+      "grad.v_proj_weight",   "grad.in_proj_bias",  "grad.query",          "grad.key",           "grad.value"};
+  return static_cast<int>(std::find(order.begin(), order.end(), name) - order.begin());
+}
+
+template <class T>
+Tensors<T> ordered(const GradientMap<T>& g) {
+  Tensors<T> t;
+  for (const auto& [name, tensor] : g) t.push_back({name, tensor});
+  std::stable_sort(t.begin(), t.end(),
+                   [](const auto& a, const auto& b) { return backward_rank(a.name) < backward_rank(b.name); });
+  return t;
+}
+
+template <class T>
+PartFunctions<T> backward_functions(BackwardFn<T> f) {
+  return {
+      [f](const mha::Case<T>& c) {
+        const auto& key = c.info.query_is_key ? c.query : c.key;
+        const auto& value = c.info.key_is_value ? key : c.value;
+        auto g = f(c.info.options, c.parameters, c.query, key, value, c.forward, *c.grad_attn_output,
+                   c.grad_attn_output_weights);
+        mha::check(g.query && g.key && g.value, "Gradients", "expected query, key and value each");
+        // one gradient per input object: the uses of one tensor add up
+        GradientMap<T> m;
+        xt::xarray<T> dq = *g.query, dk = *g.key, dv = *g.value;
+        if (c.info.query_is_key && c.info.key_is_value) dq += dk + dv;
+        else if (c.info.key_is_value) dk += dv;
+        else if (c.info.query_is_key) dq += dk;
+        m["grad.query"] = dq;
+        if (!c.info.query_is_key) m["grad.key"] = dk;
+        if (!c.info.key_is_value && !(c.info.query_is_key && c.info.key_is_value)) m["grad.value"] = dv;
+        for (const auto& [name, tensor] : g.parameters) m["grad." + name] = tensor;
+        return with_samples(ordered(m));
+      },
+      [](const mha::Case<T>& c) {
+        GradientMap<T> m;
+        for (const auto& [name, tensor] : c.expected_gradients) m["grad." + name] = tensor;
+        auto t = ordered(m);
+        for (auto& fd : finite_differences(c, t)) t.push_back(std::move(fd));
+        return t;
+      },
+      [](const mha::Case<T>& c, const Injections& m) { return with_samples(ordered(backward(c, forward(c, {}), m))); }};
+}
+
+}  // namespace
+
+Part lab01_split(ForBoth<SplitFn> f) {
+  return {"split_packed", split_mistakes,
+          [](const mha::CaseInfo& i) { return module_case(i) && has_file(i, "in_proj_weight"); },
+          split_functions(f.f32), split_functions(f.f64)};
+}
+
+Part lab01_pack(ForBoth<PackFn> f) {
+  return {"pack", split_mistakes,
+          [](const mha::CaseInfo& i) { return module_case(i) && has_file(i, "in_proj_weight"); }, pack_functions(f.f32),
+          pack_functions(f.f64)};
+}
+
+Part lab02_packed(ForBoth<PackedProjectionFn> f) {
+  auto mistakes = split_mistakes;
+  mistakes.insert(mistakes.end(), {M::weight_not_transposed, M::bias_missing});
+  return {"in_projection_packed", mistakes,
+          [](const mha::CaseInfo& i) { return module_case(i) && has_file(i, "in_proj_weight"); },
+          packed_projection_functions(f.f32), packed_projection_functions(f.f64)};
+}
+
+Part lab02_separate(ForBoth<SeparateProjectionFn> f) {
+  return {"in_projection",
+          {M::weight_not_transposed, M::bias_missing},
+          [](const mha::CaseInfo& i) { return module_case(i) && has_file(i, "q_proj_weight"); },
+          separate_projection_functions(f.f32),
+          separate_projection_functions(f.f64)};
+}
+
+Part lab03_attention(ForBoth<HeadsFn> split, ForBoth<HeadsFn> merge, ForBoth<AttentionFn> attention) {
+  return {"split_heads/merge_heads/scaled_dot_product_attention",
+          {M::no_scaling, M::scaled_by_d_not_sqrt, M::heads_split_wrong, M::softmax_wrong_axis},
+          attention_case,
+          attention_functions(split.f32, merge.f32, attention.f32),
+          attention_functions(split.f64, merge.f64, attention.f64)};
+}
+
+Part lab04_masks(ForBoth<MaskFn> prepare) {
+  return {"prepare_mask",
+          {M::mask_inverted, M::mask_ignored, M::key_padding_mask_wrong_rows},
+          [](const mha::CaseInfo& i) {
+            return attention_case(i) && (has_file(i, "attn_mask") || has_file(i, "key_padding_mask"));
+          },
+          mask_functions(prepare.f32),
+          mask_functions(prepare.f64)};
+}
+
+// Every forward mistake of the catalogue.
+std::vector<Mistake> forward_mistakes() {
+  std::vector<Mistake> all;
+  for (const auto& e : catalogue())
+    if (e.labs.find("05") != std::string_view::npos) all.push_back(e.id);
+  return all;
+}
+
+template <class T>
+std::function<Tensors<T>(const mha::Case<T>&)> forward_answer(ForwardFn<T> f) {
+  return [f](const mha::Case<T>& c) {
+    const auto& key = c.info.query_is_key ? c.query : c.key;
+    const auto& value = c.info.key_is_value ? key : c.value;
+    return output_tensors(c, f(c.info.options, c.parameters, c.query, key, value, c.forward));
+  };
+}
+
+Part lab05_forward(ForBoth<ForwardFn> f) {
+  return {"forward", forward_mistakes(), attention_case, forward_functions<float>(forward_answer(f.f32)),
+          forward_functions<double>(forward_answer(f.f64))};
+}
+
+Part lab06_backward(ForBoth<BackwardFn> f) {
+  return {"backward",
+          {M::grad_transposed, M::softmax_jacobian_diagonal_missing, M::grad_scale_missing, M::bias_grad_not_summed},
+          [](const mha::CaseInfo& i) { return attention_case(i) && i.format == 2; },
+          backward_functions(f.f32),
+          backward_functions(f.f64)};
+}
+
+// --- answers in .npy files ---
+
+namespace {
+
+// An answer file of the case's dtype and the shape PyTorch's has; anything else is an
+// Error naming the file.
+template <class T>
+xt::xarray<T> answer_file(const std::filesystem::path& dir, const std::string& name, const xt::xarray<T>& expected) {
+  const auto path = dir / (name + ".npy");
+  if (!std::filesystem::exists(path))
+    throw mha::Error(fmt::format("{}: missing: the answer folder needs {}.npy, {} of dtype {}", path.string(), name,
+                                 mha::shape_string(expected.shape()), mha::dtype_name(mha::npy_descr<T>())));
+  const mha::NpyArray a = mha::read_npy(path);  // an Error naming the file when it is not a valid .npy
+  mha::check(a.descr == mha::npy_descr<T>(), path.string(), "expected dtype {} (the case's), got {}",
+             mha::dtype_name(mha::npy_descr<T>()), mha::dtype_name(a.descr));
+  mha::check(std::equal(a.shape.begin(), a.shape.end(), expected.shape().begin(), expected.shape().end()),
+             path.string(), "expected shape {} (PyTorch's {}), got {}", mha::shape_string(expected.shape()), name,
+             mha::shape_string(a.shape));
+  return mha::to_xarray<T>(a, path.string());
+}
+
+template <class T>
+int diagnose_as(const mha::CaseInfo& info, const std::filesystem::path& answer_dir) {
+  // The files are read and checked first: a file that cannot be graded is said so, once.
+  const auto c = mha::load_case<T>(info);
+  Tensors<T> answer;
+  try {
+    if (c.forward.need_weights)
+      answer.push_back({"attn_output_weights",
+                        answer_file(answer_dir, "attn_output_weights", c.expected.at("attn_output_weights"))});
+    answer.push_back({"attn_output", answer_file(answer_dir, "attn_output", c.expected.at("attn_output"))});
+  } catch (const mha::Error& e) {
+    fmt::print("error: {}\n", e.what());
+    return 2;
+  }
+  std::function<Tensors<T>(const mha::Case<T>&)> given = [answer](const mha::Case<T>&) { return answer; };
+  // The part of the case's dtype answers from the files; the other dtype has no case here.
+  Part part{"forward (.npy answers)", forward_mistakes(), attention_case, {}, {}};
+  if constexpr (std::is_same_v<T, float>) part.f32 = forward_functions<float>(given);
+  else part.f64 = forward_functions<double>(given);
+  Options options;
+  options.golden = info.dir.parent_path();
+  options.only_cases = {info.name};
+  const auto r = grade_part(part, {info}, options);
+  std::vector<std::string> ids;
+  for (const auto& set : r.named)
+    for (const auto& i : set) ids.emplace_back(entry(i.mistake).name);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  fmt::print("named: {}\n", ids.empty() ? "-" : fmt::format("{}", fmt::join(ids, " ")));
+  fmt::print("verdict: {}\n", r.ok() ? "PASS" : "FAIL");
+  return r.ok() ? 0 : 1;
+}
+
+}  // namespace
+
+int diagnose_npy(const std::filesystem::path& case_dir, const std::filesystem::path& answer_dir) {
+  const mha::CaseInfo info = mha::read_case_info(case_dir);
+  if (!attention_case(info)) {
+    fmt::print(
+        "error: {}: the labs grade the module's forward without bias_k/bias_v, the zero key, dropout or a "
+        "rejection; this case is not among them\n",
+        info.name);
+    return 2;
+  }
+  if (!std::filesystem::is_directory(answer_dir)) {
+    fmt::print("error: {}: not a folder of .npy answers\n", answer_dir.string());
+    return 2;
+  }
+  return info.dtype == "float32" ? diagnose_as<float>(info, answer_dir) : diagnose_as<double>(info, answer_dir);
+}
+
+}  // namespace grader

@@ -1,0 +1,200 @@
+"""tests/labs/numpy_answers.py: answers written outside the C++ code, graded by mha-grade.
+
+A student who does lab 05 in NumPy writes attn_output.npy (and attn_output_weights.npy) for
+a golden case and runs `mha-grade diagnose CASE ANSWER_DIR`. This script is that student: it
+implements nn.MultiheadAttention's forward in NumPy, right and then with each forward mistake
+of the catalogue (docs/labs.md), writes the answers, and checks that mha-grade passes the
+right one (exit 0) and names each mistake by its id and no other (exit 1). It also checks
+the messages for a missing file, a wrong shape, a wrong dtype and a corrupt file (exit 2).
+
+  python3 tests/labs/numpy_answers.py build/default/labs/mha-grade
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+CASES = ROOT / "golden" / "cases"
+
+# The case each mistake is shown on: one where it changes the answer and no other mistake
+# of the catalogue gives the same one.
+SHOWN_ON = {
+    "qk_swapped": "cross_seqfirst_f32",
+    "kv_swapped": "cross_seqfirst_f32",
+    "qv_swapped": "cross_seqfirst_f32",
+    "order_kvq": "cross_seqfirst_f32",
+    "order_vqk": "cross_seqfirst_f32",
+    "weight_not_transposed": "cross_seqfirst_f32",
+    "bias_missing": "cross_seqfirst_f32",
+    "no_scaling": "cross_seqfirst_f32",
+    "scaled_by_d_not_sqrt": "cross_seqfirst_f32",
+    "scaled_by_e_not_d": "cross_seqfirst_f32",
+    "heads_split_wrong": "cross_seqfirst_f32",
+    "softmax_wrong_axis": "cross_seqfirst_f32",
+    "mask_inverted": "attn_mask_bool_3d_batchfirst_f32",
+    "mask_ignored": "attn_mask_bool_3d_batchfirst_f32",
+    "key_padding_mask_wrong_rows": "key_padding_mask_bool_f32",
+    "weights_not_averaged": "cross_seqfirst_f32",
+    "out_proj_missing": "cross_seqfirst_f32",
+}
+
+
+def load(case):
+    d = CASES / case
+    info = json.loads((d / "case.json").read_text())
+    t = {p.stem: np.load(p) for p in d.glob("*.npy")}
+    return info, t
+
+
+def softmax(x, axis):
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def additive(mask, inverted, ignored, dtype):
+    if mask is None or ignored:
+        return None
+    if mask.dtype == np.bool_:
+        masked = ~mask if inverted else mask
+        return np.where(masked, -np.inf, 0).astype(dtype)
+    return mask
+
+
+def forward(info, t, mistake=None):
+    """nn.MultiheadAttention's forward, with `mistake` (a catalogue id) made, or none."""
+    m, f = info["module"], info["forward"]
+    E, H = m["embed_dim"], m["num_heads"]
+    D = E // H
+    dtype = t["query"].dtype
+    batched = t["query"].ndim == 3
+    bf = m["batch_first"] and batched
+
+    def seq_first(x):
+        x = x if batched else x[:, None, :]
+        return x.transpose(1, 0, 2) if bf else x
+
+    query, key, value = seq_first(t["query"]), seq_first(t["key"]), seq_first(t["value"])
+    L, N, S = query.shape[0], query.shape[1], key.shape[0]
+    order = {"qk_swapped": (1, 0, 2), "kv_swapped": (0, 2, 1), "qv_swapped": (2, 1, 0),
+             "order_kvq": (2, 0, 1), "order_vqk": (1, 2, 0)}.get(mistake, (0, 1, 2))
+    w, b = t["in_proj_weight"], t.get("in_proj_bias")
+    if mistake == "bias_missing":
+        b = None
+    ws = [w[i * E:(i + 1) * E] for i in order]
+    bs = [None if b is None else b[i * E:(i + 1) * E] for i in order]
+
+    def linear(x, w, b, transposed=True):
+        y = x @ (w.T if transposed else w)
+        return y if b is None else y + b
+
+    nt = mistake != "weight_not_transposed"
+    q, k, v = (linear(x, ws[i], bs[i], nt) for i, x in enumerate((query, key, value)))
+
+    def heads(x):  # (L, N, E) -> (N*H, L, D)
+        n = x.shape[0]
+        if mistake == "heads_split_wrong":
+            return x.reshape(n, N, D, H).transpose(1, 3, 0, 2).reshape(N * H, n, D)
+        return x.reshape(n, N * H, D).transpose(1, 0, 2)
+
+    qh, kh, vh = heads(q), heads(k), heads(v)
+    attn = additive(t.get("attn_mask"), mistake == "mask_inverted", mistake == "mask_ignored", dtype)
+    if attn is not None and attn.ndim == 2:
+        attn = attn[None]
+    kpm = additive(t.get("key_padding_mask"), mistake == "mask_inverted", False, dtype)
+    mask = attn
+    if kpm is not None:
+        kpm = kpm.reshape(N, S)
+        rows = np.tile(kpm, (H, 1)) if mistake == "key_padding_mask_wrong_rows" else np.repeat(kpm, H, axis=0)
+        mask = (0 if attn is None else attn) + rows[:, None, :]
+    scale = {"no_scaling": 1.0, "scaled_by_d_not_sqrt": 1.0 / D,
+             "scaled_by_e_not_d": np.sqrt(1.0 / E)}.get(mistake, np.sqrt(1.0 / D))
+    scores = (qh * dtype.type(scale)) @ kh.transpose(0, 2, 1)
+    if mask is not None:
+        scores = scores + mask
+    p = softmax(scores, axis=1 if mistake == "softmax_wrong_axis" else 2)
+    out = p @ vh  # (N*H, L, D)
+    if mistake == "heads_split_wrong":
+        merged = out.reshape(N, H, L, D).transpose(2, 0, 3, 1).reshape(L, N, E)
+    else:
+        merged = out.transpose(1, 0, 2).reshape(L, N, E)
+    wo, bo = t["out_proj.weight"], t.get("out_proj.bias")
+    y = merged if mistake == "out_proj_missing" else linear(merged, wo, bo)
+    y = y.transpose(1, 0, 2) if bf else y
+    y = y if batched else y[:, 0, :]
+    weights = None
+    if f["need_weights"]:
+        weights = p.reshape(N, H, L, S)
+        if f["average_attn_weights"]:
+            weights = weights.sum(axis=1) if mistake == "weights_not_averaged" else weights.mean(axis=1)
+        weights = weights if batched else weights[0]
+    return y.astype(dtype), None if weights is None else weights.astype(dtype)
+
+
+def diagnose(grader, case, y, weights, folder, files=None):
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / "attn_output.npy", y)
+    if weights is not None:
+        np.save(folder / "attn_output_weights.npy", weights)
+    r = subprocess.run([grader, "diagnose", str(CASES / case), str(folder)], capture_output=True, text=True)
+    named = next((line[7:] for line in r.stdout.splitlines() if line.startswith("named: ")), None)
+    return r.returncode, named, r.stdout + r.stderr
+
+
+def main():
+    grader = sys.argv[1]
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for case in sorted(set(SHOWN_ON.values())):
+            info, t = load(case)
+            status, named, out = diagnose(grader, case, *forward(info, t), tmp / case / "right")
+            ok = status == 0 and named == "-"
+            print(f"right answer on {case}: exit {status}, named {named}: {'OK' if ok else 'FAIL'}")
+            failed |= not ok
+        for mistake, case in SHOWN_ON.items():
+            info, t = load(case)
+            status, named, out = diagnose(grader, case, *forward(info, t, mistake), tmp / case / mistake)
+            ok = status == 1 and named == mistake
+            print(f"{mistake} on {case}: exit {status}, named {named}: {'OK' if ok else 'FAIL'}")
+            if not ok:
+                print(out)
+            failed |= not ok
+        # Files that cannot be graded: each a clear message naming the file, exit status 2.
+        case = "cross_seqfirst_f32"
+        info, t = load(case)
+        y, w = forward(info, t)
+        bad = {
+            "missing": (None, w, "attn_output.npy: missing"),
+            "shape": (y[:-1], w, f"expected shape ({', '.join(map(str, y.shape))})"),
+            "dtype": (y.astype(np.float64), w, "expected dtype float32"),
+        }
+        for what, (yy, ww, expected) in bad.items():
+            folder = tmp / "bad" / what
+            folder.mkdir(parents=True)
+            if yy is not None:
+                np.save(folder / "attn_output.npy", yy)
+            np.save(folder / "attn_output_weights.npy", ww)
+            r = subprocess.run([grader, "diagnose", str(CASES / case), str(folder)], capture_output=True, text=True)
+            ok = r.returncode == 2 and expected in r.stdout
+            print(f"{what} file: exit {r.returncode}: {'OK' if ok else 'FAIL'} ({r.stdout.strip()})")
+            failed |= not ok
+        folder = tmp / "bad" / "corrupt"
+        folder.mkdir(parents=True)
+        (folder / "attn_output.npy").write_bytes(b"\x93NUMPY\x01\x00garbage")
+        np.save(folder / "attn_output_weights.npy", w)
+        r = subprocess.run([grader, "diagnose", str(CASES / case), str(folder)], capture_output=True, text=True)
+        ok = r.returncode == 2 and "attn_output.npy" in r.stdout
+        print(f"corrupt file: exit {r.returncode}: {'OK' if ok else 'FAIL'} ({r.stdout.strip()})")
+        failed |= not ok
+    print("OK" if not failed else "FAILED")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
