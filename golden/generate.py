@@ -55,7 +55,7 @@ the same kinds of kernels, are held to it too.)
 
 Seeds are fixed and derived from each case's name, so adding a case changes no other.
 
-Each generation of PyTorch writes its own cases (generator/versions.py, docs/versions.md):
+Each generation of PyTorch writes its own cases (generator/versions.py, docs/15-versions.md):
 PyTorch 1.13.1 (Debian 12) golden/ itself, PyTorch 2.6 (Debian 13) golden/pytorch-2.6/,
 whose cases say "pytorch": "2.6". Without DIR, --out and --check mean the folder of the
 PyTorch that runs them. --generation V with --check checks only under PyTorch V: under
@@ -116,7 +116,7 @@ def main() -> int:
     target = args.out if args.out is not None else args.check if isinstance(args.check, Path) else own
     if target is None:
         print(f"generate.py: PyTorch {PYTORCH} has no golden folder here (only "
-              f"{', '.join(GENERATIONS)}: docs/versions.md); name one with --out DIR or "
+              f"{', '.join(GENERATIONS)}: docs/15-versions.md); name one with --out DIR or "
               "--check DIR", file=sys.stderr)
         return 1
     others = [v for v in GENERATIONS if v != generation()

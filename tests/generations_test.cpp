@@ -1,6 +1,6 @@
 // The switch between PyTorch 1.13 and PyTorch 2.x, proved by the golden cases each made.
 //
-// For each difference of docs/versions.md, one test: the case PyTorch 2.6 made
+// For each difference of docs/15-versions.md, one test: the case PyTorch 2.6 made
 // (golden/pytorch-2.6/cases) passes under the 2.x setting and fails under the 1.13 one;
 // where 1.13 made the same call (golden/cases), its case passes under 1.13 and fails under
 // 2.x. A case that both generations compute alike passes under both. Checked as

@@ -12,7 +12,7 @@ query.npy through onnxruntime-node (bench/ort_run.js), and compared with the fol
 attn_output.npy (PyTorch's) within layout.json's tolerance (|ort - torch| <= atol + rtol |torch|).
 
 CHECK is one of:
-  matches                     the weights as documented (docs/weights.md): within tolerance.
+  matches                     the weights as documented (docs/13-weights.md): within tolerance.
   out-proj-untransposed       out_proj.weight (out, in) put in the MatMul as it is, where the
                               MatMul needs (in, out): square, so the engine runs it, and the
                               comparison must fail.
@@ -63,7 +63,7 @@ def main():
     E, H = layout["embed_dim"], layout["num_heads"]
     rtol, atol = layout["tolerance"]["rtol"], layout["tolerance"]["atol"]
 
-    # The premises: the folder holds what docs/weights.md says it holds.
+    # The premises: the folder holds what docs/13-weights.md says it holds.
     if t["attention.weight"].shape != (E, 3 * E) or not np.array_equal(t["attention.weight"], t["self_attn.in_proj_weight"].T):
         fail("attention.weight is not in_proj_weight^T (E, 3E)")
     if not np.array_equal(t["attention.out_proj.weight"], t["self_attn.out_proj.weight"]):

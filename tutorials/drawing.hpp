@@ -1,8 +1,8 @@
-// drawing.hpp — what the tutorials that write PNG files (07 and 12) draw with: filled
-// rectangles, and text in a bitmap font, on png++ images. Two fonts: 3x5 glyphs (tutorial
-// 12's loss curve) and 5x7 glyphs (tutorial 07's attention maps, drawn large enough for a
-// projector). A glyph is a table of '#' (ink) and '.', drawn scaled up: each font pixel
-// becomes a scale x scale square. Everything is integer arithmetic, so the same text gives
+// drawing.hpp — what the tutorials that write PNG files (11 and 18) draw with: filled
+// rectangles, and text in a bitmap font, on png++ images: 5x7 glyphs (tutorial 11's
+// attention maps and tutorial 18's loss curve), drawn large enough for a projector. A
+// glyph is a table of '#' (ink) and '.', drawn scaled up: each font pixel becomes a
+// scale x scale square. Everything is integer arithmetic, so the same text gives
 // the same pixels, and the PNG the same bytes, on every run.
 //
 // Include it before tutorial.hpp, which ends with `import mha;`.
@@ -29,30 +29,11 @@ struct Font {
   std::map<char, std::vector<const char*>> glyphs;
 };
 
-// 3x5: the digits, and the letters and signs tutorial 12's labels use.
-inline const Font font_3x5{.ascent = 5,
-                           .height = 5,
-                           .glyphs = {
-                               {'0', {"###", "#.#", "#.#", "#.#", "###"}}, {'1', {".#.", "##.", ".#.", ".#.", "###"}},
-                               {'2', {"###", "..#", "###", "#..", "###"}}, {'3', {"###", "..#", "###", "..#", "###"}},
-                               {'4', {"#.#", "#.#", "###", "..#", "..#"}}, {'5', {"###", "#..", "###", "..#", "###"}},
-                               {'6', {"###", "#..", "###", "#.#", "###"}}, {'7', {"###", "..#", "..#", "..#", "..#"}},
-                               {'8', {"###", "#.#", "###", "#.#", "###"}}, {'9', {"###", "#.#", "###", "..#", "###"}},
-                               {'.', {"...", "...", "...", "...", ".#."}}, {'+', {"...", ".#.", "###", ".#.", "..."}},
-                               {'a', {"...", "##.", "..#", "###", "###"}}, {'c', {"...", "###", "#..", "#..", "###"}},
-                               {'d', {"..#", "..#", "###", "#.#", "###"}}, {'e', {"...", "###", "###", "#..", "###"}},
-                               {'h', {"#..", "#..", "###", "#.#", "#.#"}}, {'k', {"#..", "#.#", "##.", "#.#", "#.#"}},
-                               {'l', {".#.", ".#.", ".#.", ".#.", ".#."}}, {'m', {"...", "###", "###", "#.#", "#.#"}},
-                               {'n', {"...", "##.", "#.#", "#.#", "#.#"}}, {'o', {"...", "###", "#.#", "#.#", "###"}},
-                               {'p', {"...", "###", "#.#", "###", "#.."}}, {'q', {"...", "###", "#.#", "###", "..#"}},
-                               {'r', {"...", "#.#", "##.", "#..", "#.."}}, {'s', {".##", "#..", ".#.", "..#", "##."}},
-                               {'t', {".#.", "###", ".#.", ".#.", ".##"}}, {'u', {"...", "#.#", "#.#", "#.#", "###"}},
-                               {'y', {"...", "#.#", "###", "..#", "##."}}, {' ', {"...", "...", "...", "...", "..."}},
-                           }};
-
-// 5x7: the digits, the decimal point, and the lower-case letters of tutorial 07's titles,
-// axis labels and legend ("head", "mean over heads", "query position", "key position",
-// "weight", "masked"); g, p, q and y reach two rows below the seventh, the baseline.
+// 5x7: the digits, the decimal point, and the lower-case letters and signs of tutorial 11's
+// titles, axis labels and legend ("head", "mean over heads", "query position", "weight",
+// "masked") and of tutorial 18's ("loss", "training step", "c++, every step", "pytorch,
+// steps 1-20 only", "log 8 = 2.08"); g, p, q, y and the comma reach below the seventh
+// row, the baseline.
 inline const Font font_5x7{.ascent = 7,
                            .height = 9,
                            .glyphs = {
@@ -68,13 +49,19 @@ inline const Font font_5x7{.ascent = 7,
                                {'9', {".###.", "#...#", "#...#", ".####", "....#", "...#.", ".##.."}},
                                {'.', {"..", "..", "..", "..", "..", "##", "##"}},
                                {' ', {"...", "...", "...", "...", "...", "...", "..."}},
+                               {',', {"..", "..", "..", "..", "..", "##", "##", ".#", "#."}},
+                               {'+', {".....", "..#..", "..#..", "#####", "..#..", "..#..", "....."}},
+                               {'-', {"....", "....", "....", "####", "....", "....", "...."}},
+                               {'=', {".....", ".....", "#####", ".....", "#####", ".....", "....."}},
                                {'a', {".....", ".....", ".###.", "....#", ".####", "#...#", ".####"}},
+                               {'c', {".....", ".....", ".####", "#....", "#....", "#....", ".####"}},
                                {'d', {"....#", "....#", ".##.#", "#..##", "#...#", "#...#", ".####"}},
                                {'e', {".....", ".....", ".###.", "#...#", "#####", "#....", ".###."}},
                                {'g', {".....", ".....", ".####", "#...#", "#...#", "#...#", ".####", "....#", ".###."}},
                                {'h', {"#....", "#....", "#.##.", "##..#", "#...#", "#...#", "#...#"}},
                                {'i', {"..#..", ".....", ".##..", "..#..", "..#..", "..#..", ".###."}},
                                {'k', {"#....", "#....", "#..#.", "#.#..", "##...", "#.#..", "#..#."}},
+                               {'l', {".##..", "..#..", "..#..", "..#..", "..#..", "..#..", ".###."}},
                                {'m', {".....", ".....", "##.#.", "#.#.#", "#.#.#", "#...#", "#...#"}},
                                {'n', {".....", ".....", "#.##.", "##..#", "#...#", "#...#", "#...#"}},
                                {'o', {".....", ".....", ".###.", "#...#", "#...#", "#...#", ".###."}},
@@ -91,8 +78,8 @@ inline const Font font_5x7{.ascent = 7,
 
 // How text is drawn: in which font, how many image pixels per font pixel, in which colour.
 struct Pen {
-  const Font* font = &font_3x5;
-  std::size_t scale = 2;
+  const Font* font = &font_5x7;
+  std::size_t scale = 3;
   png::rgb_pixel ink{0, 0, 0};
 };
 

@@ -35,7 +35,7 @@ import mha.golden;
 
 namespace tutorial {
 
-// "== Tutorial 02: projections by hand ==" and what the program demonstrates.
+// "== Tutorial 03: projections by hand ==" and what the program demonstrates.
 inline void title(std::string_view number, std::string_view name, std::string_view demonstrates) {
   fmt::print("== Tutorial {}: {} ==\n{}\n", number, name, demonstrates);
 }
@@ -110,12 +110,12 @@ inline void refuse_unless(bool accepted, const mha::CaseInfo& info, std::string_
 
 // The refusals every tutorial with --case shares: a case that records an error PyTorch
 // raised has no outputs to reproduce, and a call of the functional form (format 3, the
-// functional_* cases) describes no module to build (tutorial 13 reads those).
+// functional_* cases) describes no module to build (tutorial 19 reads those).
 inline void refuse_error_case(const mha::CaseInfo& info) {
   refuse_unless(!info.expect_error, info,
                 "records an error PyTorch raised (expect_error), not outputs: choose a case that runs");
   refuse_unless(!info.generations_differ, info,
-                "shows where PyTorch 1.13 and 2.x compute differently (docs/versions.md): the tutorials' steps are "
+                "shows where PyTorch 1.13 and 2.x compute differently (docs/15-versions.md): the tutorials' steps are "
                 "one generation's; mha-golden checks it under its own");
   refuse_unless(!info.is_functional(), info,
                 "is a call of F.multi_head_attention_forward (format 3), not a module: choose a case that is not "

@@ -6,7 +6,7 @@ the version that made the golden cases: 1.13.1, Debian's python3-torch, run as
 safetensors files, and builds the `torch.nn.MultiheadAttention` a case describes; it
 computes nothing itself. Under PyTorch 2.x (Debian 13's 2.6) every snippet runs too: a
 check of what only 1.13.1 has (its source lines, its API) stops the snippet as skipped,
-with the reason, and one of what 2.x does differently is checked as docs/versions.md says.
+with the reason, and one of what 2.x does differently is checked as docs/15-versions.md says.
 
 Legend: L = target length, S = source length, N = batch, E = embed_dim, H = num_heads,
 D = E / H.
@@ -153,7 +153,7 @@ def only_with_pytorch_1_13(what):
     if is_pytorch_1_13():
         return
     print(f"SKIPPED: {what} needs PyTorch 1.13.1, the goldens' version; this is PyTorch "
-          f"{torch.__version__} (docs/versions.md).")
+          f"{torch.__version__} (docs/15-versions.md).")
     sys.stdout.flush()
     sys.exit(SKIPPED)
 

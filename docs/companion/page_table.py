@@ -2,7 +2,7 @@
 
 The page holds the table between two markers:
 
-    <!-- companion: why_scaling.py -->
+    <!-- companion: 07_why_scaling.py -->
     | ... the table ... |
     <!-- end companion -->
 

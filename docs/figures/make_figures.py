@@ -10,9 +10,10 @@ file differs from what this program makes.
     docs/figures/make_figures.py --out DIR     write them into DIR instead
     docs/figures/make_figures.py --check       compare docs/images/ with a fresh drawing (exit 1 on a difference)
 
-The figures: the packed layout of in_proj_weight (docs/01), the head split and merge
-(docs/04), the merge of attn_mask and key_padding_mask (docs/05), and the tiles of the
-online softmax (docs/online-softmax.md). Every number drawn is computed here.
+The figures: the packed layout of in_proj_weight (docs/02), the head split and merge
+(docs/05), the merge of attn_mask and key_padding_mask (docs/09), and the tiles of the
+online softmax (docs/16). Each is sized for a projector: at most 1000 pixels wide, no
+text under 15 pixels. Every number drawn is computed here.
 
 Legend: L = target length, S = source length, N = batch, E = embed_dim, H = num_heads,
 D = E / H.
@@ -81,148 +82,161 @@ def grid(svg, x, y, rows, cols, cell, fill_of, stroke="#7a7a7a"):
             svg.rect(x + j * cell, y + i * cell, cell, cell, fill=fill_of(i, j), stroke=stroke, width=0.6)
 
 
+# Sizes for a projector: a figure is at most 1000 pixels wide, so that a page shows it at
+# about its own size, and no text is smaller than 15 pixels (labels) or 17 (body).
+TITLE, HEADING, BODY, LABEL = 21, 18, 17, 15
+
+
 def packed_layout():
     """in_proj_weight (3E, E) as three row blocks, in_proj_bias beside it, and what each block computes."""
-    E, cell = 4, 22
-    svg = Svg(760, 400, "in_proj_weight (3E, E) holds W_q, W_k, W_v stacked by rows")
-    svg.text(20, 28, "in_proj_weight (3E, E) = [W_q; W_k; W_v], stacked by rows (here E = 4)", size=16, bold=True)
-    x0, y0 = 110, 60
+    E, cell = 4, 28
+    svg = Svg(1000, 520, "in_proj_weight (3E, E) holds W_q, W_k, W_v stacked by rows")
+    svg.text(20, 32, "in_proj_weight (3E, E) = [W_q; W_k; W_v], stacked by rows (E = 4)", size=TITLE, bold=True)
+    x0, y0 = 100, 78
     fills, names = (Q_FILL, K_FILL, V_FILL), ("W_q", "W_k", "W_v")
     grid(svg, x0, y0, 3 * E, E, cell, lambda i, j: fills[i // E])
-    grid(svg, x0 + E * cell + 30, y0, 3 * E, 1, cell, lambda i, j: fills[i // E])
+    bias_x = x0 + E * cell + 24
+    grid(svg, bias_x, y0, 3 * E, 1, cell, lambda i, j: fills[i // E])
     for i in range(3 * E):
-        svg.text(x0 - 8, y0 + i * cell + 15, f"row {i}", size=11, anchor="end")
+        svg.text(x0 - 8, y0 + i * cell + 20, f"row {i}", size=LABEL, anchor="end")
     for j in range(E):
-        svg.text(x0 + j * cell + cell / 2, y0 - 6, str(j), size=11, anchor="middle")
-    svg.text(x0 + E * cell / 2, y0 + 3 * E * cell + 20, "E columns", size=12, anchor="middle")
-    svg.text(x0 + E * cell + 30 + cell / 2, y0 + 3 * E * cell + 20, "in_proj_bias", size=12, anchor="middle")
+        svg.text(x0 + j * cell + cell / 2, y0 - 8, str(j), size=LABEL, anchor="middle")
+    svg.text(x0 + E * cell / 2, y0 + 3 * E * cell + 24, "E columns", size=LABEL, anchor="middle")
+    svg.text(bias_x + cell / 2, y0 + 3 * E * cell + 24, "in_proj_bias", size=LABEL, anchor="middle")
     ranges = ("[0, E)", "[E, 2E)", "[2E, 3E)")
-    formulas = ("q = query · W_qᵀ + b_q     (L, N, E)", "k = key · W_kᵀ + b_k         (S, N, E)",
-                "v = value · W_vᵀ + b_v     (S, N, E)")
+    formulas = ("q = query · W_qᵀ + b_q", "k = key · W_kᵀ + b_k", "v = value · W_vᵀ + b_v")
+    shapes = ("(L, N, E)", "(S, N, E)", "(S, N, E)")
+    tx = bias_x + cell + 16
     for b in range(3):
         top = y0 + b * E * cell
         svg.rect(x0, top, E * cell, E * cell, stroke=INK, width=2)
-        svg.rect(x0 + E * cell + 30, top, cell, E * cell, stroke=INK, width=2)
+        svg.rect(bias_x, top, cell, E * cell, stroke=INK, width=2)
         mid = top + E * cell / 2
         bias = "b_" + names[b][-1]
-        svg.text(x0 + E * cell + 30 + cell + 10, mid - 4, f"{names[b]} = rows {ranges[b]}", size=13, bold=True)
-        svg.text(x0 + E * cell + 30 + cell + 10, mid + 13, f"{bias} = in_proj_bias{ranges[b]}", size=12)
-        svg.line(x0 + E * cell + 240, mid, x0 + E * cell + 290, mid, arrow=True)
-        svg.text(x0 + E * cell + 298, mid + 5, formulas[b], size=13)
-    svg.text(20, 385, "W_q, W_k, W_v = in_proj_weight.chunk(3): chunks of rows. "
-                      "Row o of a block is the weight vector of output feature o.", size=12, italic=True)
+        svg.text(tx, mid - 6, f"{names[b]} = rows {ranges[b]}", size=HEADING, bold=True)
+        svg.text(tx, mid + 18, f"{bias} = in_proj_bias{ranges[b]}", size=BODY)
+        svg.line(tx + 250, mid, tx + 310, mid, arrow=True, width=1.5)
+        svg.text(tx + 322, mid - 6, formulas[b], size=HEADING)
+        svg.text(tx + 322, mid + 18, shapes[b], size=BODY)
+    svg.text(20, 472, "W_q, W_k, W_v = in_proj_weight.chunk(3): chunks of rows.", size=BODY, italic=True)
+    svg.text(20, 496, "Row o of a block is the weight vector of output feature o.", size=BODY, italic=True)
     return svg.render()
 
 
 def heads_split_merge():
     """q (L, N, E) cut into H column blocks per batch entry, the batch-heads b = n*H + h, and the merge."""
     L, N, H, D = 3, 2, 2, 4
-    E, cell = H * D, 14
-    svg = Svg(870, 470, "split heads: (L, N, E) to (N*H, L, D); merge heads: back to (L, N, E)")
-    svg.text(20, 28, f"Heads are a reshape: E = H·D columns become H batch-heads (here N = {N}, H = {H}, D = {D}, L = {L})",
-             size=15, bold=True)
+    E, cell = H * D, 20
+    svg = Svg(1000, 646, "split heads: (L, N, E) to (N*H, L, D); merge heads: back to (L, N, E)")
+    svg.text(20, 32, "Heads are a reshape: E = H·D columns become H batch-heads", size=TITLE, bold=True)
+    svg.text(20, 58, f"(here N = {N}, H = {H}, D = {D}, L = {L})", size=BODY)
     # 1) q (L, N, E): one (L, E) slab per batch entry, columns coloured by head
-    svg.text(20, 62, "q (L, N, E): q[:, n, :] for each batch entry n", size=13, bold=True)
+    svg.text(20, 96, "q (L, N, E): q[:, n, :] per batch entry n", size=HEADING, bold=True)
+    top = 134
     for n in range(N):
-        x = 40 + n * (E * cell + 60)
-        grid(svg, x, 80, L, E, cell, lambda i, j: HEAD_FILLS[j // D])
-        svg.rect(x, 80, E * cell, L * cell, width=1.8)
-        svg.text(x + E * cell / 2, 80 + L * cell + 16, f"n = {n}", size=12, anchor="middle")
+        x = 30 + n * (E * cell + 40)
+        grid(svg, x, top, L, E, cell, lambda i, j: HEAD_FILLS[j // D])
+        svg.rect(x, top, E * cell, L * cell, width=2)
+        svg.text(x + E * cell / 2, top + L * cell + 22, f"n = {n}", size=LABEL, anchor="middle")
         for h in range(H):
-            svg.text(x + (h + 0.5) * D * cell, 74, f"head {h}", size=10, anchor="middle")
-    svg.line(400, 105, 470, 105, arrow=True)
-    svg.text(405, 95, "split", size=12)
+            svg.text(x + (h + 0.5) * D * cell, top - 8, f"head {h}", size=LABEL, anchor="middle")
+    svg.line(420, top + 30, 490, top + 30, arrow=True, width=1.5)
+    svg.text(425, top + 18, "split", size=BODY)
     # 2) batch-heads (N*H, L, D), b = n*H + h
-    svg.text(480, 62, "qh (N·H, L, D): batch-head b = n·H + h", size=13, bold=True)
+    svg.text(510, 96, "qh (N·H, L, D): b = n·H + h", size=HEADING, bold=True)
     for n in range(N):
         for h in range(H):
             b = n * H + h
-            x = 490 + b * (D * cell + 16)
-            grid(svg, x, 80, L, D, cell, lambda i, j, h=h: HEAD_FILLS[h])
-            svg.rect(x, 80, D * cell, L * cell, width=1.8)
-            svg.text(x + D * cell / 2, 80 + L * cell + 16, f"b = {b}", size=12, anchor="middle")
-            svg.text(x + D * cell / 2, 80 + L * cell + 30, f"n {n}, h {h}", size=10, anchor="middle")
-    svg.text(20, 190, "q.view(L, N·H, D).transpose(0, 1): column block h of q[:, n, :] becomes qh[n·H + h]; "
-                      "nothing is multiplied.", size=12, italic=True)
+            x = 515 + b * (D * cell + 34)
+            grid(svg, x, top, L, D, cell, lambda i, j, h=h: HEAD_FILLS[h])
+            svg.rect(x, top, D * cell, L * cell, width=2)
+            svg.text(x + D * cell / 2, top + L * cell + 22, f"b = {b}", size=LABEL, anchor="middle")
+            svg.text(x + D * cell / 2, top + L * cell + 42, f"n {n}, h {h}", size=LABEL, anchor="middle")
+    svg.text(20, 274, "q.view(L, N·H, D).transpose(0, 1): column block h of q[:, n, :] becomes qh[n·H + h];",
+             size=BODY, italic=True)
+    svg.text(20, 298, "nothing is multiplied.", size=BODY, italic=True)
     # 3) attention per batch-head
-    svg.rect(150, 215, 520, 56, fill="#f4f4f4", stroke="#888888")
-    svg.text(410, 238, "for every batch-head b, on its own:", size=13, anchor="middle")
-    svg.text(410, 258, "weights_b = softmax(qh_b · kh_bᵀ / √D + mask_b)  (L, S);   out_b = weights_b · vh_b  (L, D)",
-             size=12, anchor="middle")
-    svg.line(410, 200, 410, 213, arrow=True)
-    svg.line(410, 273, 410, 296, arrow=True)
+    svg.rect(60, 322, 880, 78, fill="#f4f4f4", stroke="#888888")
+    svg.text(500, 350, "for every batch-head b, on its own:", size=BODY, anchor="middle")
+    svg.text(500, 380, "weights_b = softmax(qh_b · kh_bᵀ / √D + mask_b)  (L, S);   out_b = weights_b · vh_b  (L, D)",
+             size=BODY, anchor="middle")
+    svg.line(500, 304, 500, 320, arrow=True, width=1.5)
+    svg.line(500, 402, 500, 424, arrow=True, width=1.5)
     # 4) merge: back to (L, N, E), heads side by side, then out_proj
-    svg.text(20, 318, "merge: out.transpose(0, 1).contiguous().view(L·N, E): the heads side by side again", size=13,
-             bold=True)
+    svg.text(20, 448, "merge: out.transpose(0, 1).contiguous().view(L·N, E): the heads side by side again",
+             size=HEADING, bold=True)
+    top = 472
     for n in range(N):
-        x = 40 + n * (E * cell + 60)
-        grid(svg, x, 336, L, E, cell, lambda i, j: HEAD_FILLS[j // D])
-        svg.rect(x, 336, E * cell, L * cell, width=1.8)
-        svg.text(x + E * cell / 2, 336 + L * cell + 16, f"n = {n}", size=12, anchor="middle")
-    svg.line(400, 360, 470, 360, arrow=True)
-    svg.text(480, 352, "attn_output = merged · W_oᵀ + b_o   (L, N, E)", size=13, bold=True)
-    svg.text(480, 372, "out_proj mixes the heads' columns", size=12)
-    svg.text(20, 440, "Without out_proj the heads would stay in separate columns; "
-                      "W_o (E, E) reads all E = H·D of them.", size=12, italic=True)
+        x = 30 + n * (E * cell + 40)
+        grid(svg, x, top, L, E, cell, lambda i, j: HEAD_FILLS[j // D])
+        svg.rect(x, top, E * cell, L * cell, width=2)
+        svg.text(x + E * cell / 2, top + L * cell + 22, f"n = {n}", size=LABEL, anchor="middle")
+    svg.line(420, top + 30, 490, top + 30, arrow=True, width=1.5)
+    svg.text(510, top + 22, "attn_output = merged · W_oᵀ + b_o   (L, N, E)", size=HEADING, bold=True)
+    svg.text(510, top + 48, "out_proj mixes the heads' columns", size=BODY)
+    svg.text(20, 600, "Without out_proj the heads would stay in separate columns;", size=BODY, italic=True)
+    svg.text(20, 624, "W_o (E, E) reads all E = H·D of them.", size=BODY, italic=True)
     return svg.render()
 
 
 def mask_merge():
     """attn_mask (L, S) + key_padding_mask (N, S), broadcast to (N*H, L, S)."""
-    L, S, N, H, cell = 4, 4, 2, 2, 20
+    L, S, N, H, cell = 4, 4, 2, 2, 26
     inf = -math.inf
     attn_mask = [[0.0 if j <= i else inf for j in range(S)] for i in range(L)]  # causal: (L, S)
     padding = [[0.0] * S, [0.0, 0.0, 0.0, inf]]                                 # (N, S): batch 1 pads key 3
     merged = [[[attn_mask[i][j] + padding[b // H][j] for j in range(S)] for i in range(L)] for b in range(N * H)]
     fill = lambda v: MASKED if v == inf else "#ffffff"  # noqa: E731
-    svg = Svg(980, 360, "attn_mask (L, S) plus key_padding_mask (N, S) gives one mask per batch-head (N*H, L, S)")
-    svg.text(20, 28, f"Two masks, one sum: attn_mask + key_padding_mask, broadcast to (N·H, L, S)  (N = {N}, H = {H})",
-             size=15, bold=True)
+    svg = Svg(1000, 620, "attn_mask (L, S) plus key_padding_mask (N, S) gives one mask per batch-head (N*H, L, S)")
+    svg.text(20, 32, "Two masks, one sum: attn_mask + key_padding_mask,", size=TITLE, bold=True)
+    svg.text(20, 58, f"broadcast to (N·H, L, S)  (N = {N}, H = {H})", size=TITLE, bold=True)
+    top = 130
     # attn_mask
-    svg.text(20, 62, "attn_mask (L, S): causal", size=13, bold=True)
-    grid(svg, 40, 78, L, S, cell, lambda i, j: fill(attn_mask[i][j]))
-    svg.text(20, 78 + L * cell + 18, "viewed (1, L, S):", size=11)
-    svg.text(20, 78 + L * cell + 32, "shared by every b", size=11)
-    svg.text(215, 120, "+", size=22, anchor="middle")
+    svg.text(20, 100, "attn_mask (L, S): causal", size=HEADING, bold=True)
+    grid(svg, 40, top, L, S, cell, lambda i, j: fill(attn_mask[i][j]))
+    svg.text(20, top + L * cell + 26, "viewed (1, L, S):", size=LABEL)
+    svg.text(20, top + L * cell + 46, "shared by every b", size=LABEL)
+    svg.text(230, top + 60, "+", size=32, anchor="middle")
     # key padding mask
-    svg.text(250, 62, "key_padding_mask (N, S)", size=13, bold=True)
+    svg.text(290, 100, "key_padding_mask (N, S)", size=HEADING, bold=True)
     for n in range(N):
-        grid(svg, 300, 78 + n * (cell + 8), 1, S, cell, lambda i, j, n=n: fill(padding[n][j]))
-        svg.text(294, 78 + n * (cell + 8) + 14, f"n = {n}", size=11, anchor="end")
-    svg.text(250, 78 + 2 * (cell + 8) + 14, "viewed (N, 1, 1, S), expanded over H,", size=11)
-    svg.text(250, 78 + 2 * (cell + 8) + 28, "reshaped (N·H, 1, S): every row", size=11)
-    svg.text(250, 78 + 2 * (cell + 8) + 42, "of b takes row n = b // H", size=11)
-    svg.line(480, 110, 540, 110, arrow=True)
-    svg.text(488, 100, "sum", size=12)
-    # merged
-    svg.text(560, 62, "merged mask (N·H, L, S)", size=13, bold=True)
+        grid(svg, 360, top + n * (cell + 10), 1, S, cell, lambda i, j, n=n: fill(padding[n][j]))
+        svg.text(352, top + n * (cell + 10) + 19, f"n = {n}", size=LABEL, anchor="end")
+    for k, line in enumerate(("viewed (N, 1, 1, S),", "expanded over H, reshaped", "(N·H, 1, S): every row of b",
+                              "takes row n = b // H")):
+        svg.text(290, top + 2 * (cell + 10) + 20 + 20 * k, line, size=LABEL)
+    # merged, in a second row
+    svg.line(520, top + 50, 580, top + 50, arrow=True, width=1.5)
+    svg.text(527, top + 38, "sum", size=BODY)
+    svg.text(600, 100, "merged mask (N·H, L, S)", size=HEADING, bold=True)
     for b in range(N * H):
-        x = 570 + b * (S * cell + 14)
-        grid(svg, x, 78, L, S, cell, lambda i, j, b=b: fill(merged[b][i][j]))
-        svg.text(x + S * cell / 2, 78 + L * cell + 16, f"b = {b}", size=12, anchor="middle")
-        svg.text(x + S * cell / 2, 78 + L * cell + 30, f"n {b // H}, h {b % H}", size=10, anchor="middle")
+        x = 600 + (b % 2) * (S * cell + 40)
+        y = top + (b // 2) * (L * cell + 60)
+        grid(svg, x, y, L, S, cell, lambda i, j, b=b: fill(merged[b][i][j]))
+        svg.text(x + S * cell / 2, y + L * cell + 20, f"b = {b}: n {b // H}, h {b % H}", size=LABEL, anchor="middle")
     # legend and the rules
-    svg.rect(40, 200, 16, 16, fill="#ffffff", stroke="#7a7a7a", width=0.6)
-    svg.text(62, 213, "0: attend", size=12)
-    svg.rect(150, 200, 16, 16, fill=MASKED, stroke="#7a7a7a", width=0.6)
-    svg.text(172, 213, "-inf: masked (bool True becomes -inf)", size=12)
-    svg.text(40, 250, "A 3-D attn_mask (N·H, L, S) brings its own row b instead of the shared one; "
-                      "unbatched: attn_mask (L, S) or (H, L, S),", size=12)
-    svg.text(40, 268, "key_padding_mask (S).", size=12)
-    svg.text(40, 298, "PyTorch 2.x and this library add the two as floats. PyTorch 1.13.1 ORs two bool masks "
-                      "(logical_or) or fills -inf into a float", size=12, italic=True)
-    svg.text(40, 316, "attn_mask where the bool key_padding_mask is True (masked_fill): the same cells for 0/-inf "
-                      "masks.", size=12, italic=True)
+    legend = 440
+    svg.rect(40, legend - 16, 20, 20, fill="#ffffff", stroke="#7a7a7a", width=0.8)
+    svg.text(68, legend, "0: attend", size=BODY)
+    svg.rect(190, legend - 16, 20, 20, fill=MASKED, stroke="#7a7a7a", width=0.8)
+    svg.text(218, legend, "-inf: masked (bool True becomes -inf)", size=BODY)
+    svg.text(20, 486, "A 3-D attn_mask (N·H, L, S) brings its own row b instead of the shared one;", size=BODY)
+    svg.text(20, 510, "unbatched: attn_mask (L, S) or (H, L, S), key_padding_mask (S).", size=BODY)
+    svg.text(20, 550, "PyTorch 2.x and this library add the two as floats. PyTorch 1.13.1 ORs two bool masks",
+             size=BODY, italic=True)
+    svg.text(20, 574, "(logical_or) or fills -inf into a float attn_mask where the bool key_padding_mask is True",
+             size=BODY, italic=True)
+    svg.text(20, 598, "(masked_fill): the same cells for 0/-inf masks.", size=BODY, italic=True)
     return svg.render()
 
 
 def online_softmax_tiles():
-    """Tutorial 08's row of 8 scores in tiles of 3, with the running m, l and correction; and the 2-D tiling."""
-    s = [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 4.0, 3.0]  # tutorials/08_online_softmax.cpp, step 1
-    tile, cell = 3, 56
-    svg = Svg(900, 470, "online softmax: the scores of a row in tiles, with a running maximum and sum")
-    svg.text(20, 28, "Online softmax: one row of scores, 3 keys at a time (tutorial 08)", size=16, bold=True)
-    x0, y0 = 60, 60
+    """Tutorial 16's row of 8 scores in tiles of 3, with the running m, l and correction; and the 2-D tiling."""
+    s = [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 4.0, 3.0]  # tutorials/16_online_softmax.cpp, step 1
+    tile, cell = 3, 88
+    svg = Svg(1000, 650, "online softmax: the scores of a row in tiles, with a running maximum and sum")
+    svg.text(20, 32, "Online softmax: one row of scores, 3 keys at a time (tutorial 16)", size=TITLE, bold=True)
+    x0, y0 = 30, 86
     m, l, rows = -math.inf, 0.0, []
     for t0 in range(0, len(s), tile):
         part = s[t0:t0 + tile]
@@ -234,40 +248,41 @@ def online_softmax_tiles():
     tile_fills = ("#e3eefc", "#fdf0dc", "#e3f6e8")
     for k, (t0, n, tmax, m, c, l) in enumerate(rows):
         for j in range(n):
-            svg.rect(x0 + (t0 + j) * cell, y0, cell, 34, fill=tile_fills[k], stroke="#7a7a7a", width=0.8)
-            svg.text(x0 + (t0 + j) * cell + cell / 2, y0 + 22, f"{s[t0 + j]:.1f}", size=13, anchor="middle")
-            svg.text(x0 + (t0 + j) * cell + cell / 2, y0 - 6, f"key {t0 + j}", size=10, anchor="middle")
-        svg.rect(x0 + t0 * cell, y0, n * cell, 34, stroke=INK, width=2)
-        cx = x0 + t0 * cell + 4
-        svg.text(cx, y0 + 56, f"tile max {tmax:.1f}", size=12)
-        svg.text(cx, y0 + 74, f"m = {m:.1f}", size=12, bold=True)
-        svg.text(cx, y0 + 92, "exp(m_old − m) = " + ("0 (first)" if k == 0 else f"{c:.4f}"), size=12)
-        svg.text(cx, y0 + 110, f"l = {l:.4f}", size=12, bold=True)
-    svg.text(x0 + 8 * cell + 16, y0 + 22, "scores s", size=12, italic=True)
-    svg.text(20, 196, "Each tile rescales what was summed before by exp(m_old − m), then adds its own exp(s_j − m) "
-                      "and exp(s_j − m)·v_j.", size=12)
-    svg.text(20, 214, "After the last tile, out = o / l: the softmax-weighted sum, without all S weights held at once.",
-             size=12)
+            svg.rect(x0 + (t0 + j) * cell, y0, cell, 42, fill=tile_fills[k], stroke="#7a7a7a", width=0.8)
+            svg.text(x0 + (t0 + j) * cell + cell / 2, y0 + 28, f"{s[t0 + j]:.1f}", size=HEADING, anchor="middle")
+            svg.text(x0 + (t0 + j) * cell + cell / 2, y0 - 8, f"key {t0 + j}", size=LABEL, anchor="middle")
+        svg.rect(x0 + t0 * cell, y0, n * cell, 42, stroke=INK, width=2)
+        cx = x0 + t0 * cell + 6
+        svg.text(cx, y0 + 70, f"tile max {tmax:.1f}", size=BODY)
+        svg.text(cx, y0 + 94, f"m = {m:.1f}", size=BODY, bold=True)
+        svg.text(cx, y0 + 118, "exp(m_old − m) = " + ("0 (first)" if k == 0 else f"{c:.4f}"), size=BODY)
+        svg.text(cx, y0 + 142, f"l = {l:.4f}", size=BODY, bold=True)
+    svg.text(x0 + 8 * cell + 14, y0 + 28, "scores s", size=BODY, italic=True)
+    svg.text(20, 268, "Each tile rescales what was summed before by exp(m_old − m), then adds its own", size=BODY)
+    svg.text(20, 292, "exp(s_j − m) and exp(s_j − m)·v_j. After the last tile, out = o / l: the softmax-weighted",
+             size=BODY)
+    svg.text(20, 316, "sum, without all S weights held at once.", size=BODY)
     # 2-D: the (L, S) scores of one batch-head in Tq x Tk tiles
-    svg.text(20, 252, "One batch-head's (L, S) scores, never formed whole: a block of Tq query rows sweeps the keys "
-                      "in tiles of Tk", size=13, bold=True)
-    bx, by, tw, th, cols, blocks = 110, 270, 140, 70, 3, 2
+    svg.text(20, 364, "One batch-head's (L, S) scores, never formed whole: a block of Tq query rows", size=HEADING,
+             bold=True)
+    svg.text(20, 390, "sweeps the keys in tiles of Tk", size=HEADING, bold=True)
+    bx, by, tw, th, cols, blocks = 130, 440, 150, 90, 3, 2
     for r in range(blocks):
         for c in range(cols):
             fill = "#e3eefc" if (r, c) == (0, 1) else "#ffffff"
             svg.rect(bx + c * tw, by + r * th, tw, th, fill=fill, stroke="#555555", width=1)
-            svg.text(bx + c * tw + tw / 2, by + r * th + th / 2 + 5, f"Tq × Tk", size=12, anchor="middle",
+            svg.text(bx + c * tw + tw / 2, by + r * th + th / 2 + 2, f"Tq × Tk", size=BODY, anchor="middle",
                      fill="#555555")
-        svg.line(bx + 10, by + r * th + th - 10, bx + cols * tw - 10, by + r * th + th - 10, arrow=True,
-                 stroke="#3060b0", width=1.5)
-    svg.text(bx + cols * tw / 2, by - 4, "keys, S = 3 · Tk", size=12, anchor="middle")
-    svg.text(bx - 8, by + th, "queries", size=12, anchor="end")
-    svg.text(bx - 8, by + th + 16, "L = 2 · Tq", size=12, anchor="end")
-    notes = ("Per query block, kept while it sweeps the keys:", "m and l: Tq numbers each; o: (Tq, D).",
-             "In memory at once: one Tq × Tk tile of scores,", "not the N·H score matrices of (L, S).",
-             "The library: Tq = 128, Tk = 256,", "128 KiB of float32 scores per thread.")
+        svg.line(bx + 10, by + r * th + th - 14, bx + cols * tw - 10, by + r * th + th - 14, arrow=True,
+                 stroke="#3060b0", width=2)
+    svg.text(bx + cols * tw / 2, by - 8, "keys, S = 3 · Tk", size=BODY, anchor="middle")
+    svg.text(bx - 10, by + th, "queries", size=BODY, anchor="end")
+    svg.text(bx - 10, by + th + 22, "L = 2 · Tq", size=BODY, anchor="end")
+    notes = ("Per query block, kept while it", "sweeps the keys: m and l, Tq numbers",
+             "each; o, (Tq, D). In memory at once:", "one Tq × Tk tile of scores, not the",
+             "N·H score matrices of (L, S).", "The library: Tq = 128, Tk = 256,", "128 KiB of float32 scores per thread.")
     for k, note in enumerate(notes):
-        svg.text(bx + cols * tw + 24, by + 14 + 20 * k, note, size=12)
+        svg.text(bx + cols * tw + 24, by + 16 + 25 * k, note, size=BODY)
     return svg.render()
 
 

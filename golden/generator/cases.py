@@ -231,9 +231,9 @@ class Rejection:
 F64 = torch.float64
 
 CASES = [
-    # 0) The worked example of docs/10: small integers a student can multiply by hand.
+    # 0) The worked example of docs/01: small integers a student can multiply by hand.
     Case("worked_example_f64",
-         "The worked example (tutorial 10, docs/10-worked-example.md): E = 4, H = 2 heads of "
+         "The worked example (tutorial 01, docs/01-worked-example.md): E = 4, H = 2 heads of "
          "D = 2, L = S = 3, one batch entry, self-attention; every parameter and input a small "
          "integer written out in case_tensors.WORKED_EXAMPLE, so that q, k, v and the scores "
          "can be computed by hand.",

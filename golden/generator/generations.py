@@ -1,4 +1,4 @@
-"""The cases where PyTorch 1.13 and PyTorch 2.x differ (docs/versions.md), as tables.
+"""The cases where PyTorch 1.13 and PyTorch 2.x differ (docs/15-versions.md), as tables.
 
 Each case is written by every generation it names in `generations` ("1.13", "2.x"), each
 into its own folder (versions.py), so that the two folders hold the same call as each

@@ -1,6 +1,6 @@
 """golden/training/: a small model built on nn.MultiheadAttention, trained by PyTorch.
 
-golden/training/reverse/ is the start of one training run, for tutorial 12 to follow
+golden/training/reverse/ is the start of one training run, for tutorial 18 to follow
 step by step: a model learns to reverse sequences of tokens, with torch.optim.Adam. The
 folder holds the parameters before the first step and after the last, the batches of
 every step, and the loss of every step."""
@@ -12,7 +12,7 @@ from .draws import pytorch_init_drawn_in_float64, seed_for
 from .files import FORMAT_VERSION, new_folder, save_npy, write_json
 from .runner import slow_path_only
 
-# The task and the model (the sizes), and the optimizer. Tutorial 12 states the same.
+# The task and the model (the sizes), and the optimizer. Tutorial 18 states the same.
 REVERSE = {"vocab": 8, "length": 8, "embed_dim": 16, "num_heads": 2, "batch": 32,
            "steps": 20, "lr": 0.01}
 

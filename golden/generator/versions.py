@@ -1,6 +1,6 @@
 """The PyTorch that runs the generator, and the generation of cases it writes.
 
-PyTorch 1.13.1 and PyTorch 2.x compute some calls differently (docs/versions.md: a fully
+PyTorch 1.13.1 and PyTorch 2.x compute some calls differently (docs/15-versions.md: a fully
 masked row through scaled_dot_product_attention, the is_causal hint, uint8 and
 mismatched masks, the native fast path). Each generation writes its own golden cases,
 marked as ../shared/golden-format.md says:

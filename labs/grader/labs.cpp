@@ -31,7 +31,7 @@ bool has_file(const mha::CaseInfo& info, const char* name) {
 }
 
 // A forward case of a module (versions 1 and 2) that PyTorch computed, with its q, k, v;
-// not one where PyTorch 1.13 and 2.x compute differently (docs/versions.md): the labs'
+// not one where PyTorch 1.13 and 2.x compute differently (docs/15-versions.md): the labs'
 // steps are one generation's.
 bool module_case(const mha::CaseInfo& info) {
   return !info.is_functional() && !info.expect_error && !info.generations_differ && has_file(info, "q");

@@ -6,7 +6,7 @@
 // PyTorch feeds such a cache to its attention as static_k and static_v of
 // F.multi_head_attention_forward (functional.hpp); fairseq's incremental decoding does so.
 // A cached step equals the last row of the causal forward over the whole sequence: the
-// causal mask lets row t see keys 0..t, exactly the cache (docs/13-decoding.md).
+// causal mask lets row t see keys 0..t, exactly the cache (docs/19-decoding.md).
 //
 // Legend: N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, t = cached positions.
 //

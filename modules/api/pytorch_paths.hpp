@@ -4,7 +4,7 @@
 // hand the whole layer to torch._native_multi_head_attention, building a string
 // why_not_fast_path; otherwise it calls F.multi_head_attention_forward, whose 2.x branch
 // without weights is scaled_dot_product_attention. The conditions differ by generation
-// (docs/versions.md, the switch); they are decided here from the same inputs, and the
+// (docs/15-versions.md, the switch); they are decided here from the same inputs, and the
 // masks of step 2 prepared as that code reads them (generations.hpp). Which AttentionPath
 // then computes it is the library's own choice (attention_steps).
 //

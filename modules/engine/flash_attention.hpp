@@ -7,7 +7,7 @@
 // formed one (Tq, Tk) tile at a time and the (N*H, L, S) weights never exist: extra
 // memory is one tile of scores and two numbers per query row, per thread.
 // This is FlashAttention (Dao et al., 2022) on the CPU, with GEMMs for the tiles; see
-// docs/online-softmax.md. PyTorch has no counterpart in torch/nn/functional.py (its
+// docs/16-online-softmax.md. PyTorch has no counterpart in torch/nn/functional.py (its
 // scaled_dot_product_attention kernels do the same on GPUs). Internal: forward() picks it
 // through AttentionPath::memory_efficient, and only when need_weights is false.
 //

@@ -14,7 +14,7 @@
 //   from_llama / to_llama                Llama q_proj, k_proj, v_proj, o_proj (Hkv <= H)
 //   from_onnx_attention / to_onnx_attention   ONNX Runtime com.microsoft.Attention
 //
-// The formulas, with the source of each, are in docs/weights.md. A layout's tensors are
+// The formulas, with the source of each, are in docs/13-weights.md. A layout's tensors are
 // passed under the names its checkpoints use after the layer's prefix ("c_attn.weight"
 // for "h.0.attn.c_attn.weight"); keys a conversion does not need (BERT's
 // output.LayerNorm.*, say) are not read. Only the attention's weights are converted: a

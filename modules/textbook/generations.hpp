@@ -3,7 +3,7 @@
 // Which code of PyTorch computes a forward (PyTorchPath; modules/api/pytorch_paths.hpp
 // decides it as MultiheadAttention.forward does), and what each generation does with the
 // masks before step 3 (torch/nn/functional.py, multi_head_attention_forward and
-// _canonical_mask). The differences of docs/versions.md that are not numbers:
+// _canonical_mask). The differences of docs/15-versions.md that are not numbers:
 //   masks      uint8 attn_mask: 1.13 reads it as bool and warns, 2.x refuses it;
 //              a bool and a float mask: 2.x warns and adds them as float masks, 1.13
 //              merges by logical_or (a nonzero float masks) or, into a float attn_mask,

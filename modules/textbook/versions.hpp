@@ -1,7 +1,7 @@
 // modules/textbook/versions.hpp — which generation of PyTorch the library behaves as: 1.13 or 2.x.
 //
 // PyTorch 1.13.1 and PyTorch 2.x compute some calls of nn.MultiheadAttention differently
-// (docs/versions.md has the table): a fully masked row through 2.x's
+// (docs/15-versions.md has the table): a fully masked row through 2.x's
 // scaled_dot_product_attention, the is_causal hint (2.x only), uint8 and mismatched masks,
 // and the native fast path's conditions. Options::pytorch and
 // FunctionalArguments::pytorch choose; every difference follows the choice, rejections
