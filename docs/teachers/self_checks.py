@@ -258,8 +258,9 @@ _, w = m(x, x, x, attn_mask=mask)
 graded("14", 2, "PyTorch's bool `attn_mask`: what does True mean", "b" if bool((w[0, :, 1:] == 0).all()) else "a")
 # 1.13.1 has no SDPA path to run: the answer is the row of docs/15-versions.md's table (its
 # companion checks 2.x's side under PyTorch 2.x).
-row = next(r for r in page("15").read_text().split("\n") if r.startswith("| a fully masked row, `need_weights=False` |"))
-graded("15", 2, "through PyTorch 2.5's SDPA path", "b" if "gives the row weight 0" in row.split("|")[3] else "?")
+row = next(r for r in page("15").read_text().split("\n")
+           if r.startswith("| a fully masked row, `need_weights=False` |"))
+graded("15", 2, "through PyTorch 2.5's SDPA path", "b" if "gives the row weight 0" in row.split(" | ")[2] else "?")
 graded("16", 2, "how many MiB do the scores", 1 * 8 * 8192 * 8192 * 4 / 2**20)  # N*H*L*S float32 numbers
 s = torch.tensor([0.5, 2.0, 1.0, 3.0], dtype=torch.float64)  # a row whose maximum rises in the second tile
 m1, m2 = float(s[:2].max()), float(s.max())

@@ -127,12 +127,12 @@ bool has_fully_masked_row(const textbook::PreparedMasks<T>& masks, std::size_t H
 // attention (B, L, ...), mask (1 or B, L, S).
 template <class T>
 void zero_fully_masked_rows(textbook::Attention<T>& attention, const std::optional<xt::xtensor<T, 3>>& mask) {
-  if (!mask) return;
+  if (!mask || mask->shape(2) == 0) return;  // no keys: no row is fully masked, and no element to point at
   const std::size_t B = attention.output.shape(0), L = attention.output.shape(1), S = mask->shape(2);
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t i = 0; i < L; ++i) {
       const T* row = &(*mask)(mask->shape(0) == 1 ? 0 : b, i, 0);
-      if (S == 0 || !std::all_of(row, row + S, [](T x) { return x == -std::numeric_limits<T>::infinity(); })) continue;
+      if (!std::all_of(row, row + S, [](T x) { return x == -std::numeric_limits<T>::infinity(); })) continue;
       xt::view(attention.output, b, i, xt::all()) = T(0);
       xt::view(attention.weights, b, i, xt::all()) = T(0);
       xt::view(attention.probabilities, b, i, xt::all()) = T(0);
