@@ -73,6 +73,24 @@ mha::AttentionPath path_from_name(const std::string& name) {
   throw mha::Error(fmt::format("--path: expected automatic, reference, fast or memory_efficient, got '{}'", name));
 }
 
+// Minor page faults of this process so far (getrusage): each one is a page of memory touched
+// for the first time since it was mapped, about 2.7 ms per MiB on some machines. A steady
+// loop that reuses its memory has none.
+long page_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// The faults_per_call counter of a row: the page faults of its timed loop, per call.
+struct FaultCount {
+  long start = page_faults();
+  void report(benchmark::State& state) const {
+    const auto calls = static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
+    state.counters["faults_per_call"] = static_cast<double>(page_faults() - start) / calls;
+  }
+};
+
 // The module every row times: embed_dim E, H heads, the same seed, float32.
 mha::MultiheadAttention<float> bench_module(const Shape& s) {
   mha::Options options;
@@ -93,11 +111,13 @@ void bench_forward(benchmark::State& state, Shape s, bool need_weights, mha::Att
   mha::ForwardOptions<float> opts;
   opts.need_weights = need_weights;
   module.forward(x, x, x, opts);  // warm-up, untimed (see warm_up_note)
+  const FaultCount faults;
   for (auto _ : state) {
     auto out = module.forward(x, x, x, opts);  // self-attention: the same object three times
     benchmark::DoNotOptimize(out.attn_output.data());
     benchmark::ClobberMemory();
   }
+  faults.report(state);
   state.counters["gflops"] = benchmark::Counter(mha_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = mha::num_threads();
 }
@@ -116,11 +136,13 @@ void bench_backward(benchmark::State& state, Shape s, mha::AttentionPath path) {
   opts.need_weights = false;
   const auto [output, record] = module.forward_for_backward(x, x, x, opts);
   module.backward(record, grad);  // warm-up, untimed (see warm_up_note)
+  const FaultCount faults;
   for (auto _ : state) {
     auto gradients = module.backward(record, grad);
     benchmark::DoNotOptimize(gradients.parameters.size());
     benchmark::ClobberMemory();
   }
+  faults.report(state);
   state.counters["gflops"] =
       benchmark::Counter(2.0 * mha_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = mha::num_threads();
@@ -143,6 +165,7 @@ void bench_train_step(benchmark::State& state, Shape s, mha::AttentionPath path)
     const auto [output, record] = module.forward_for_backward(x, x, x, opts);
     module.backward(record, grad);
   }
+  const FaultCount faults;
   for (auto _ : state) {
     const auto [output, record] = module.forward_for_backward(x, x, x, opts);
     auto gradients = module.backward(record, grad);
@@ -150,17 +173,20 @@ void bench_train_step(benchmark::State& state, Shape s, mha::AttentionPath path)
     benchmark::DoNotOptimize(gradients.parameters.size());
     benchmark::ClobberMemory();
   }
+  faults.report(state);
   state.counters["gflops"] =
       benchmark::Counter(3.0 * mha_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = mha::num_threads();
 }
 
-// Decoding: one new token (N = 1) attending to `cached` earlier ones, E = 1024, H = 16.
+// Decoding: one new token per sequence (N sequences, 1 by default) attending to `cached`
+// earlier ones, E = 1024, H = 16.
 struct DecodeShape {
-  std::size_t cached, E, H;
+  std::size_t cached, E, H, N = 1;
 };
-const std::vector<DecodeShape> decode_shapes = {{128, 1024, 16}, {1024, 1024, 16}, {8192, 1024, 16}};
-const std::vector<DecodeShape> tiny_decode_shapes = {{4, 8, 2}};
+const std::vector<DecodeShape> decode_shapes = {
+    {128, 1024, 16}, {1024, 1024, 16}, {8192, 1024, 16}, {1024, 1024, 16, 4}, {1024, 1024, 16, 16}};
+const std::vector<DecodeShape> tiny_decode_shapes = {{4, 8, 2}, {4, 8, 2, 3}};
 
 mha::MultiheadAttention<float> decode_module(const DecodeShape& s, mha::AttentionPath path) {
   mha::MultiheadAttention<float> module(
@@ -170,24 +196,35 @@ mha::MultiheadAttention<float> decode_module(const DecodeShape& s, mha::Attentio
   return module;
 }
 
-// One decoding step with a KV cache (mha::KVCache): the new token's q, k and v projected,
-// k and v appended, its attention over the cached + 1 positions, out_proj. The cache is
+// The row's name: N appears when it is not 1.
+std::string decode_name(std::string_view kind, const DecodeShape& s) {
+  return fmt::format("{}/cached={}/E={}/H={}{}", kind, s.cached, s.E, s.H, s.N == 1 ? "" : fmt::format("/N={}", s.N));
+}
+
+// One decoding step with a KV cache (mha::KVCache): the new tokens' q, k and v projected,
+// k and v appended, their attention over the cached + 1 positions, out_proj. The cache is
 // filled outside the timing (in chunks of 512 positions, causal) and cut back to `cached`
-// after every step, so each step sees the same length.
+// after every step, so each step sees the same length. The first step, untimed, makes the
+// cache's room for position cached + 1: when `cached` is a power of two the cache doubles
+// there, once, which a decoding loop pays once per doubling (KVCache::grow).
 void bench_decode_step(benchmark::State& state, DecodeShape s, mha::AttentionPath path) {
   auto module = decode_module(s, path);
-  const auto prompt = random_input(s.cached, 1, s.E, 2);  // (t, 1, E)
+  const auto prompt = random_input(s.cached, s.N, s.E, 2);  // (t, N, E)
   mha::KVCache<float> cache;
   for (std::size_t t0 = 0; t0 < s.cached; t0 += 512) {
     const std::size_t t1 = std::min(s.cached, t0 + 512);
     cache.step(module, xt::xarray<float>(xt::view(prompt, xt::range(t0, t1), xt::all(), xt::all())));
   }
-  const auto token = random_input(1, 1, s.E, 3);  // (1, 1, E)
+  const auto token = random_input(1, s.N, s.E, 3);  // (1, N, E)
+  cache.step(module, token);                        // warm-up, untimed (see warm_up_note): the room for one more
+  cache.truncate(s.cached);
+  const FaultCount faults;
   for (auto _ : state) {
     auto out = cache.step(module, token);
     benchmark::DoNotOptimize(out.attn_output.data());
     cache.truncate(s.cached);
   }
+  faults.report(state);
   state.counters["cached"] = static_cast<double>(s.cached);
 }
 
@@ -195,14 +232,17 @@ void bench_decode_step(benchmark::State& state, DecodeShape s, mha::AttentionPat
 // cached + 1 positions, projected again (no mask needed: the last position sees them all).
 void bench_decode_no_cache(benchmark::State& state, DecodeShape s, mha::AttentionPath path) {
   auto module = decode_module(s, path);
-  const auto sequence = random_input(s.cached + 1, 1, s.E, 2);  // (t + 1, 1, E)
+  const auto sequence = random_input(s.cached + 1, s.N, s.E, 2);  // (t + 1, N, E)
   const xt::xarray<float> token = xt::view(sequence, xt::range(s.cached, s.cached + 1), xt::all(), xt::all());
   mha::ForwardOptions<float> opts;
   opts.need_weights = false;
+  module.forward(token, sequence, sequence, opts);  // warm-up, untimed (see warm_up_note)
+  const FaultCount faults;
   for (auto _ : state) {
     auto out = module.forward(token, sequence, sequence, opts);
     benchmark::DoNotOptimize(out.attn_output.data());
   }
+  faults.report(state);
   state.counters["cached"] = static_cast<double>(s.cached);
 }
 
@@ -232,11 +272,13 @@ void bench_sgemm(benchmark::State& state, std::size_t n, mha::GemmLibrary librar
   const int openmp_threads = omp_get_max_threads();
   omp_set_num_threads(threads);
 #endif
+  const FaultCount faults;
   for (auto _ : state) {
     sgemm(library, n, a.data(), b.data(), c.data());
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
+  faults.report(state);
   openblas_set_num_threads(openblas_threads);
 #if MHA_ONEDNN
   omp_set_num_threads(openmp_threads);
@@ -355,12 +397,10 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     for (const auto& s : tiny ? tiny_decode_shapes : decode_shapes) {
-      benchmark::RegisterBenchmark(fmt::format("mha_decode_step/cached={}/E={}/H={}", s.cached, s.E, s.H).c_str(),
-                                   bench_decode_step, s, path)
+      benchmark::RegisterBenchmark(decode_name("mha_decode_step", s).c_str(), bench_decode_step, s, path)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
-      benchmark::RegisterBenchmark(fmt::format("mha_decode_no_cache/cached={}/E={}/H={}", s.cached, s.E, s.H).c_str(),
-                                   bench_decode_no_cache, s, path)
+      benchmark::RegisterBenchmark(decode_name("mha_decode_no_cache", s).c_str(), bench_decode_no_cache, s, path)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }

@@ -222,3 +222,67 @@ TEST_CASE("a KV cache refuses another batch and modules that add keys", "[decodi
   mha::KVCache<double> other;
   CHECK_MHA_ERROR(other.step(with_bias, random_input<double>({1, N, E}, 18)), Catch::Matchers::StartsWith("options:"));
 }
+
+namespace {
+
+// The same decoder on the reference path and on the engine's decoding step
+// (engine/decode_step.hpp): E = 256 reads over 1 MiB of weights a step, so the engine's
+// step runs on two threads.
+struct DecodePair {
+  mha::MultiheadAttention<float> reference, engine;
+};
+
+DecodePair decode_pair(mha::Options options) {
+  mha::MultiheadAttention<float> m(options, 21);
+  if (options.bias) {  // biases that show when misplaced
+    m.set_parameter("in_proj_bias", random_input<float>({3 * 256}, 22));
+    m.set_parameter("out_proj.bias", random_input<float>({256}, 24));
+  }
+  m.eval();
+  DecodePair pair{m, m};
+  pair.reference.set_attention_path(AttentionPath::reference);
+  pair.engine.set_attention_path(AttentionPath::automatic);
+  return pair;
+}
+
+// Decodes x (T, N, E) with `m`: a prompt of 3 positions, then one position a step.
+xt::xarray<float> decode_prompt_then_tokens(mha::MultiheadAttention<float>& m, const xt::xarray<float>& x,
+                                            mha::KVCache<float>& cache) {
+  xt::xarray<float> out = xt::zeros<float>(x.shape());
+  xt::view(out, xt::range(0, 3), xt::all(), xt::all()) =
+      cache.step(m, xt::xarray<float>(xt::view(x, xt::range(0, 3), xt::all(), xt::all()))).attn_output;
+  for (std::size_t t = 3; t < x.shape(0); ++t)
+    xt::view(out, xt::range(t, t + 1), xt::all(), xt::all()) =
+        cache.step(m, xt::xarray<float>(xt::view(x, xt::range(t, t + 1), xt::all(), xt::all()))).attn_output;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the engine's decoding step equals the reference at every SIMD level, packed, separate, without bias",
+          "[decoding]") {
+  mha::set_num_threads(2);
+  const std::size_t n = 3, len = 9;
+  const auto x = random_input<float>({len, n, 256}, 23);  // (T, N, E)
+  for (const auto& [name, options] :
+       {std::pair{"packed", mha::Options{.embed_dim = 256, .num_heads = 8}},
+        std::pair{"separate", mha::Options{.embed_dim = 256, .num_heads = 8, .separate_projections = true}},
+        std::pair{"no bias", mha::Options{.embed_dim = 256, .num_heads = 8, .bias = false}}}) {
+    auto [reference, engine] = decode_pair(options);
+    mha::KVCache<float> expected_cache;
+    const auto expected = decode_prompt_then_tokens(reference, x, expected_cache);
+    for (const auto level : {mha::SimdLevel::sse2, mha::SimdLevel::avx2, mha::SimdLevel::avx512}) {
+      INFO(name << ", kernels at " << mha::to_string(level));
+      const auto previous = mha::testing::limit_kernel_simd_level(level);
+      mha::KVCache<float> cache;
+      const auto got = decode_prompt_then_tokens(engine, x, cache);
+      mha::testing::limit_kernel_simd_level(previous);
+      // float32: the golden cases' tolerance (PyTorch's float32 defaults); the step sums in
+      // another order than the reference's products
+      require_close<float>("engine step vs reference", got, expected, 1.3e-6, 1e-5);
+      // k and v went into the cache where the reference put them
+      require_close<float>("cached keys", cache.static_k(), expected_cache.static_k(), 1.3e-6, 1e-5);
+      require_close<float>("cached values", cache.static_v(), expected_cache.static_v(), 1.3e-6, 1e-5);
+    }
+  }
+}

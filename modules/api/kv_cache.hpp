@@ -49,28 +49,40 @@ public:
 
 private:
   friend class MultiheadAttention<T>;
+  using CacheView = detail::CacheView<T>;
+  using Buffer = std::vector<T, detail::DefaultInit<T>>;  // its new elements left unwritten
+
+  // Room for `added` more positions of a batch of B heads of D: a new sequence of another
+  // batch starts anew. The caller writes them, then commit(added).
+  CacheView make_room(std::size_t B, std::size_t D, std::size_t added) {
+    if (length_ == 0 && (B != B_ || D != D_)) {  // a new sequence of another batch
+      B_ = B, D_ = D, capacity_ = 0;
+      k_.clear(), v_.clear();
+    }
+    check(B == B_ && D == D_, "x",
+          "expected the cache's batch: (N*H, D) = ({}, {}) as in its first step, got ({}, {}); clear() starts anew", B_,
+          D_, B, D);
+    if (length_ + added > capacity_) grow(std::max(length_ + added, 2 * capacity_));
+    return {k_.data(), v_.data(), capacity_, length_};
+  }
+  void commit(std::size_t added) { length_ += added; }
 
   // k and v of L_new new positions, (B, L_new, D) each, after the cached ones.
   void append(const xt::xtensor<T, 3>& k, const xt::xtensor<T, 3>& v) {
-    if (length_ == 0 && (k.shape(0) != B_ || k.shape(2) != D_)) {  // a new sequence of another batch
-      B_ = k.shape(0), D_ = k.shape(2), capacity_ = 0;
-      k_.clear(), v_.clear();
-    }
-    check(k.shape(0) == B_ && k.shape(2) == D_, "x",
-          "expected the cache's batch: (N*H, D) = ({}, {}) as in its first step, got ({}, {}); clear() starts anew", B_,
-          D_, k.shape(0), k.shape(2));
     const std::size_t added = k.shape(1);
-    if (length_ + added > capacity_) grow(std::max(length_ + added, 2 * capacity_));
+    const CacheView room = make_room(k.shape(0), k.shape(2), added);
     for (std::size_t b = 0; b < B_; ++b) {
-      std::copy_n(k.data() + b * added * D_, added * D_, k_.data() + (b * capacity_ + length_) * D_);
-      std::copy_n(v.data() + b * added * D_, added * D_, v_.data() + (b * capacity_ + length_) * D_);
+      std::copy_n(k.data() + b * added * D_, added * D_, room.k + (b * capacity_ + length_) * D_);
+      std::copy_n(v.data() + b * added * D_, added * D_, room.v + (b * capacity_ + length_) * D_);
     }
-    length_ += added;
+    commit(added);
   }
 
   // Room for `capacity` positions per head: (B, capacity, D), the cached ones copied over.
+  // The new room is left unwritten (DefaultInit): its pages are first touched as
+  // positions are appended, step by step, not all at once here.
   void grow(std::size_t capacity) {
-    std::vector<T> k(B_ * capacity * D_), v(B_ * capacity * D_);
+    Buffer k(B_ * capacity * D_), v(B_ * capacity * D_);
     for (std::size_t b = 0; b < B_; ++b) {
       std::copy_n(k_.data() + b * capacity_ * D_, length_ * D_, k.data() + b * capacity * D_);
       std::copy_n(v_.data() + b * capacity_ * D_, length_ * D_, v.data() + b * capacity * D_);
@@ -84,7 +96,7 @@ private:
   }
 
   std::size_t B_ = 0, D_ = 0, length_ = 0, capacity_ = 0;
-  std::vector<T> k_, v_;  // (B, capacity, D)
+  Buffer k_, v_;  // (B, capacity, D)
 };
 
 }  // namespace mha

@@ -298,6 +298,7 @@ private:
     // 1) the shapes, and the new positions' k and v into the cache: (N*H, t0 + L_new, D)
     const detail::Geometry g = detail::geometry(x, x, x, opts, options_);
     const bool batch_first = options_.batch_first && g.batched;
+    if (decodes_fast(g, need_weights, dropout_p)) return decode_step(x, g, batch_first, cache);
     const auto x3 = textbook::to_seq_first_batched(x, batch_first);               // (L_new, N, E)
     const auto k = key_value_projection(x3, 1), v = key_value_projection(x3, 2);  // (L_new, N, E) each
     const std::size_t t0 = cache.length();
@@ -314,6 +315,29 @@ private:
     // 3)-10) the steps, with the cache as static_k and static_v
     return detail::attention_steps(engine_, options_, params_, x, x, x, g, std::move(masks), opts, cache.statics(),
                                    attention_path_, dropout_p, dropout_generator_);
+  }
+
+  // A step the engine's decode_step takes (engine/decode_step.hpp): a few new rows (up to
+  // 16, one token of up to 16 sequences), no weights, no dropout, and not the reference
+  // path. It streams the weights once for all rows, where a GEMM would pack them first.
+  bool decodes_fast(const detail::Geometry& g, bool need_weights, double dropout_p) const {
+    return attention_path_ != AttentionPath::reference && !need_weights && dropout_p == 0 && g.L * g.N <= 16;
+  }
+
+  // Steps 3 to 10 of a decoding step on the engine: q, k, v, the attention over the cache
+  // and out_proj in one pass (engine/decode_step.hpp), k and v written into the cache.
+  Output<T> decode_step(const xt::xarray<T>& x, const detail::Geometry& g, bool batch_first, KVCache<T>& cache) {
+    const std::size_t E = embed_dim(), H = num_heads();
+    const detail::DecodeSizes z{g.L, g.N, E, H, E / H, batch_first};
+    const auto room = cache.make_room(g.N * H, E / H, g.L);
+    // Bytes read: the weights and the cache. Below 1 MiB a second thread costs more than it saves.
+    const double bytes = sizeof(T) * (4.0 * double(E * E) + 2.0 * double(g.N * E * (room.t0 + g.L)));
+    Output<T> out;
+    out.attn_output = xt::xarray<T>::from_shape(x.shape());  // the query's layout
+    detail::decode_step(params_, z, x.data(), room, out.attn_output.data(),
+                        detail::threads_for(bytes, /*threshold=*/double(1 << 20), detail::engine_threads()));
+    cache.commit(g.L);
+    return out;
   }
 
   // k (block 1) or v (block 2) of x3 (L_new, N, E): x3 W^T + b with the rows of W and b

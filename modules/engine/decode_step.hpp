@@ -1,0 +1,329 @@
+// modules/engine/decode_step.hpp (internal) — one decoding step with a KV cache, at the speed of
+// reading its weights and its cache from memory.
+//
+// A step of a few new positions (M = L_new * N rows, one token of one sequence is M = 1)
+// multiplies every weight once and reads every cached key and value once: there is
+// almost nothing to compute per byte read, so the step is as fast as memory is. Three
+// phases, the same mathematics as the forward (textbook/reference_forward.hpp):
+//   1. q, k, v = x W_in^T + b_in: the rows of in_proj_weight (3E, E) streamed once, each
+//      row dotted with the M rows of x (matrix-vector products, not a GEMM: a GEMM
+//      packs its operands, which for M = 1 costs as much as the product). q is scaled by
+//      sqrt(1/D) as PyTorch scales it; k and v go straight into the cache.
+//   2. per batch-head and new position i (at t0 + i): scores = q . K^T over keys
+//      0..t0 + i (the causal mask, as its bound), the softmax, and softmax . V.
+//   3. attn_output = heads W_out^T + b_out, the rows of out_proj_weight streamed once.
+// All three run as one job of the library's thread pool (platform/threads.hpp): one
+// wake-up of its threads per step, not three. The tasks are numbered phase by phase and
+// taken in order, so a task of phase 2 waits only for tasks of phase 1 that some thread
+// has already taken and is finishing: it cannot wait for ever, whichever thread runs what.
+//
+// The kernels are written once over a SIMD vector of the compiler's (`vector_size`) and
+// compiled for baseline x86-64 (16 bytes), AVX2 + FMA (32) and AVX-512 (64), picked at
+// run time as softmax_kernels.hpp's are. Sums run in another order than the GEMMs of the
+// forward's path: results agree with it to the last bits, as two BLAS libraries do.
+//
+// Legend: M = rows of x (L_new * N), E = embed_dim, H = heads, D = head_dim, B = N * H,
+// t0 = positions cached before the step, t = t0 + L_new, cap = the cache's room per head.
+//
+// Included by modules/engine.cppm, in its module purview: no module line of its own.
+// Uses platform/cpu.hpp, platform/threads.hpp, platform/workspace.hpp, textbook/parameters.hpp,
+// textbook/in_projection.hpp, textbook/attention.hpp, softmax_kernels.hpp.
+
+namespace mha::detail {
+
+// The cache a step writes into and reads from: head b's keys at k + b * cap * D, (cap, D),
+// of which the first t0 positions are filled; the step fills t0 .. t0 + L_new - 1.
+template <class T>
+struct CacheView {
+  T* k = nullptr;
+  T* v = nullptr;
+  std::size_t capacity = 0, t0 = 0;
+};
+
+// The sizes of one step, and where row m of x sits in the sequence: m = i * N + n
+// sequence-first, n * L_new + i batch-first (and N = 1 unbatched, where both agree).
+struct DecodeSizes {
+  std::size_t L_new, N, E, H, D;
+  bool batch_first;
+  std::size_t M() const { return L_new * N; }
+  std::size_t position(std::size_t m) const { return batch_first ? m % L_new : m / N; }  // i
+  std::size_t sequence(std::size_t m) const { return batch_first ? m / L_new : m % N; }  // n
+  std::size_t row(std::size_t i, std::size_t n) const { return batch_first ? n * L_new + i : i * N + n; }
+};
+
+// A SIMD vector of `Bytes` bytes of T, as the compiler's vector extension: + and * are
+// element-wise, and a function compiled for a wider instruction set uses wider registers.
+template <class T, std::size_t Bytes>
+struct Simd {
+  using V [[gnu::vector_size(Bytes)]] = T;
+  static constexpr std::size_t lanes = Bytes / sizeof(T);
+
+  // Vectors pass by reference: a vector by value is a different ABI at each width.
+  [[gnu::always_inline]] static void load(V& v, const T* p) { std::memcpy(&v, p, sizeof v); }
+  [[gnu::always_inline]] static T sum(const V& v) {
+    T s = 0;
+    for (std::size_t l = 0; l < lanes; ++l) s += v[l];
+    return s;
+  }
+};
+
+// y[m * ldy + r] = W[r] . x[m] + b[r] for the R rows r0 .. r0 + R - 1 of W (rows of length
+// `in`) and the G rows of x from x0: R * G accumulators, so that each row of W is loaded
+// once per G rows of x.
+template <class S, std::size_t R, std::size_t G, class T>
+[[gnu::always_inline]] inline void dot_block(const T* w, std::size_t in, const T* x0, std::size_t ldx, const T* bias,
+                                             T* y0, std::size_t ldy, std::size_t r0) {
+  using V = typename S::V;
+  constexpr std::size_t lanes = S::lanes;
+  V acc[R][G];
+  for (auto& row : acc)
+    for (auto& a : row) a = V{};
+  std::size_t k = 0;
+  for (; k + lanes <= in; k += lanes) {
+    V xv[G];
+    for (std::size_t g = 0; g < G; ++g) S::load(xv[g], x0 + g * ldx + k);
+    for (std::size_t r = 0; r < R; ++r) {
+      V wv;
+      S::load(wv, w + (r0 + r) * in + k);
+      for (std::size_t g = 0; g < G; ++g) acc[r][g] += wv * xv[g];
+    }
+  }
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t g = 0; g < G; ++g) {
+      T s = S::sum(acc[r][g]);
+      for (std::size_t kk = k; kk < in; ++kk) s += w[(r0 + r) * in + kk] * x0[g * ldx + kk];  // the tail
+      y0[g * ldy + r0 + r] = s + (bias ? bias[r0 + r] : T(0));
+    }
+}
+
+// dot_block over G rows of x, for rows [first, last) of W: four rows at a time, then one.
+template <class S, std::size_t G, class T>
+[[gnu::always_inline]] inline void dot_rows_of(const T* w, std::size_t in, const T* x0, std::size_t ldx, const T* bias,
+                                               T* y0, std::size_t ldy, std::size_t first, std::size_t last) {
+  std::size_t r = first;
+  for (; r + 4 <= last; r += 4) dot_block<S, 4, G>(w, in, x0, ldx, bias, y0, ldy, r);
+  for (; r < last; ++r) dot_block<S, 1, G>(w, in, x0, ldx, bias, y0, ldy, r);
+}
+
+// y (M, ldy), columns [first, last) = x (M, in) W^T + b for the rows [first, last) of W
+// (out, in): x taken four rows at a time, while the rows of W it multiplies stay in L1.
+template <class S, class T>
+[[gnu::always_inline]] inline void matvec_rows(const T* w, std::size_t in, const T* x, std::size_t M, const T* bias,
+                                               T* y, std::size_t ldy, std::size_t first, std::size_t last) {
+  constexpr std::size_t rows_per_pass = 16;  // rows of W that stay in L1 while every row of x meets them
+  for (std::size_t r = first; r < last; r += rows_per_pass) {
+    const std::size_t r1 = std::min(last, r + rows_per_pass);
+    std::size_t m = 0;
+    for (; m + 4 <= M; m += 4) dot_rows_of<S, 4>(w, in, x + m * in, in, bias, y + m * ldy, ldy, r, r1);
+    const std::size_t left = M - m;
+    if (left == 3) dot_rows_of<S, 3>(w, in, x + m * in, in, bias, y + m * ldy, ldy, r, r1);
+    if (left == 2) dot_rows_of<S, 2>(w, in, x + m * in, in, bias, y + m * ldy, ldy, r, r1);
+    if (left == 1) dot_rows_of<S, 1>(w, in, x + m * in, in, bias, y + m * ldy, ldy, r, r1);
+  }
+}
+
+// scores[j] = q . k_j for the n keys (n, D) of one head: four keys at a time.
+template <class S, class T>
+[[gnu::always_inline]] inline void key_scores(const T* q, const T* keys, std::size_t n, std::size_t D, T* scores) {
+  using V = typename S::V;
+  constexpr std::size_t lanes = S::lanes;
+  const std::size_t whole = D / lanes * lanes;
+  auto tail = [&](std::size_t j) {
+    T s = 0;
+    for (std::size_t d = whole; d < D; ++d) s += q[d] * keys[j * D + d];
+    return s;
+  };
+  std::size_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    V acc[4] = {};
+    for (std::size_t d = 0; d < whole; d += lanes) {
+      V qv, kv[4];
+      S::load(qv, q + d);
+      for (std::size_t u = 0; u < 4; ++u) S::load(kv[u], keys + (j + u) * D + d);
+      for (std::size_t u = 0; u < 4; ++u) acc[u] += qv * kv[u];
+    }
+    for (std::size_t u = 0; u < 4; ++u) scores[j + u] = S::sum(acc[u]) + tail(j + u);
+  }
+  for (; j < n; ++j) {
+    V acc = {};
+    for (std::size_t d = 0; d < whole; d += lanes) {
+      V qv, kv;
+      S::load(qv, q + d);
+      S::load(kv, keys + j * D + d);
+      acc += qv * kv;
+    }
+    scores[j] = S::sum(acc) + tail(j);
+  }
+}
+
+// out (D) = (p . V) / sum for the n values (n, D) of one head, p the softmax's numerators.
+template <class T>
+[[gnu::always_inline]] inline void weighted_values(const T* p, T sum, const T* values, std::size_t n, std::size_t D,
+                                                   T* out) {
+  std::fill_n(out, D, T(0));
+  for (std::size_t j = 0; j < n; ++j) {
+    const T pj = p[j];
+    const T* vj = values + j * D;
+#pragma clang loop vectorize(enable)
+    for (std::size_t d = 0; d < D; ++d) out[d] += pj * vj[d];
+  }
+  const T inverse = T(1) / sum;
+  for (std::size_t d = 0; d < D; ++d) out[d] *= inverse;
+}
+
+// The attention of one new position of one head: q (D) against the n = t0 + i + 1 keys
+// and values it may see (the causal bound), into out (D); `scores` holds n.
+template <class S, class T>
+[[gnu::always_inline]] inline void attend_position(const T* q, const T* keys, const T* values, std::size_t n,
+                                                   std::size_t D, T* scores, T* out) {
+  key_scores<S>(q, keys, n, D, scores);
+  const T sum = masked_exp_row(scores, n, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr));
+  weighted_values(scores, sum, values, n, D, out);
+}
+
+// The kernels at one vector width, each a static run() for run_at_width below.
+template <std::size_t Bytes>
+struct MatvecRows {
+  template <class T>
+  [[gnu::always_inline]] static void run(const T* w, std::size_t in, const T* x, std::size_t M, const T* bias, T* y,
+                                         std::size_t ldy, std::size_t first, std::size_t last) {
+    matvec_rows<Simd<T, Bytes>>(w, in, x, M, bias, y, ldy, first, last);
+  }
+};
+template <std::size_t Bytes>
+struct AttendPosition {
+  template <class T>
+  [[gnu::always_inline]] static void run(const T* q, const T* keys, const T* values, std::size_t n, std::size_t D,
+                                         T* scores, T* out) {
+    attend_position<Simd<T, Bytes>>(q, keys, values, n, D, scores, out);
+  }
+};
+
+// Kernel<Bytes>::run(args...) at the widest vector this CPU runs (or a test allows).
+#if defined(__x86_64__)
+template <template <std::size_t> class Kernel, class... Args>
+[[gnu::target("avx2,fma")]] void run_avx2_width(Args... args) {
+  Kernel<32>::run(args...);
+}
+template <template <std::size_t> class Kernel, class... Args>
+[[gnu::target("avx512f,avx512dq,avx2,fma")]] void run_avx512_width(Args... args) {
+  Kernel<64>::run(args...);
+}
+#endif
+template <template <std::size_t> class Kernel, class... Args>
+void run_at_width(Args... args) {
+#if defined(__x86_64__)
+  if (has_avx512()) return run_avx512_width<Kernel>(args...);
+  if (has_avx2()) return run_avx2_width<Kernel>(args...);
+#endif
+  Kernel<16>::run(args...);
+}
+
+// Waits until `done` reaches `count`: the tasks of an earlier phase, each being finished
+// by a thread that took it.
+inline void wait_for(const std::atomic<std::size_t>& done, std::size_t count) {
+  while (done.load(std::memory_order_acquire) < count) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+}
+
+// A phase of the step: `tasks` tasks, numbered from `first` in the step's job; `done`
+// counts those finished.
+struct Phase {
+  std::size_t first = 0, tasks = 0;
+  std::atomic<std::size_t> done{0};
+  bool has(std::size_t task) const { return task >= first && task < first + tasks; }
+};
+
+// One decoding step: x (M, E) in the module's layout, its k and v written into the cache
+// at t0 .., its attention over the t0 + L_new positions (causal among the new ones), and
+// attn_output (M, E), in x's layout, into `out`. need_weights false, no dropout, no
+// bias_k, bias_v or zero key: KVCache's conditions (MultiheadAttention::attend_to_cache).
+template <class T>
+void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, const T* x, const CacheView<T>& cache,
+                 T* out, int threads) {
+  const std::size_t M = z.M(), E = z.E, D = z.D, B = z.N * z.H;
+  Workspace<T>& ws = Workspace<T>::of_this_thread();
+  T* qkv = ws.get(M * 3 * E);  // (M, 3E): [q | k | v] of each row of x
+  T* heads = ws.get(M * E);    // (M, E): the heads side by side, in x's layout
+  const std::size_t t = cache.t0 + z.L_new;
+  const std::size_t workers = static_cast<std::size_t>(std::max(1, threads));
+  if (ws.scratch.size() < workers) ws.scratch.resize(workers);
+  for (auto& s : ws.scratch)
+    if (s.size() < t) s.resize(t);  // one row of scores per worker
+
+  // The weight of block 0 (q), 1 (k), 2 (v): (E, E) rows of in_proj_weight, or its own.
+  auto in_weight = [&](std::size_t block) {
+    if (params.packed) return params.in_proj_weight.data() + textbook::qkv_rows(block, E).first * E;
+    return (block == 0 ? params.separate.w_q : block == 1 ? params.separate.w_k : params.separate.w_v).data();
+  };
+  const T* in_bias = params.in_proj_bias ? params.in_proj_bias->data() : nullptr;  // (3E)
+  const T* out_bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
+  const T scale = textbook::attention_scale<T>(D);
+
+  // Tasks: 64 rows of a weight each (256 KiB of float at E = 1024), one batch-head each.
+  constexpr std::size_t rows_per_task = 64;
+  const std::size_t row_tasks = (E + rows_per_task - 1) / rows_per_task;  // per (E, E) weight
+  Phase project, attend, output;
+  project.tasks = 3 * row_tasks;
+  attend.first = project.tasks, attend.tasks = B;
+  output.first = attend.first + attend.tasks, output.tasks = row_tasks;
+
+  // 1. rows [r0, r1) of block `block` of q, k, v, for every row of x; k and v then into
+  //    the cache, q scaled.
+  auto project_rows = [&](std::size_t task) {
+    const std::size_t block = task / row_tasks, r0 = task % row_tasks * rows_per_task;
+    const std::size_t r1 = std::min(E, r0 + rows_per_task);
+    T* y = qkv + block * E;  // columns of this block, row m at y + m * 3E
+    run_at_width<MatvecRows>(in_weight(block), E, x, M, in_bias ? in_bias + block * E : nullptr, y, 3 * E, r0, r1);
+    for (std::size_t m = 0; m < M; ++m) {
+      T* row = y + m * 3 * E;
+      if (block == 0) {
+        for (std::size_t e = r0; e < r1; ++e) row[e] *= scale;  // PyTorch scales q after its bias
+        continue;
+      }
+      T* cached = block == 1 ? cache.k : cache.v;  // (B, cap, D)
+      const std::size_t n = z.sequence(m), position = cache.t0 + z.position(m);
+      for (std::size_t e = r0; e < r1; ++e)
+        cached[((n * z.H + e / D) * cache.capacity + position) * D + e % D] = row[e];
+    }
+  };
+  // 2. batch-head b = n * H + h: each new position against the keys it may see.
+  auto attend_head = [&](std::size_t b, std::size_t worker) {
+    const std::size_t n = b / z.H, h = b % z.H;
+    const T* keys = cache.k + b * cache.capacity * D;
+    const T* values = cache.v + b * cache.capacity * D;
+    for (std::size_t i = 0; i < z.L_new; ++i) {
+      const std::size_t m = z.row(i, n);
+      run_at_width<AttendPosition>(static_cast<const T*>(qkv + m * 3 * E + h * D), keys, values, cache.t0 + i + 1, D,
+                                   ws.scratch[worker].data(), heads + m * E + h * D);
+    }
+  };
+  // 3. rows [r0, r1) of out_proj_weight, for every row of the heads.
+  auto output_rows = [&](std::size_t task) {
+    const std::size_t r0 = task * rows_per_task, r1 = std::min(E, r0 + rows_per_task);
+    run_at_width<MatvecRows>(params.out_proj_weight.data(), E, static_cast<const T*>(heads), M, out_bias, out, E, r0,
+                             r1);
+  };
+
+  parallel_for(output.first + output.tasks, static_cast<int>(workers), [&](std::size_t task, std::size_t worker) {
+    if (project.has(task)) {
+      project_rows(task - project.first);
+      project.done.fetch_add(1, std::memory_order_release);
+    } else if (attend.has(task)) {
+      wait_for(project.done, project.tasks);
+      attend_head(task - attend.first, worker);
+      attend.done.fetch_add(1, std::memory_order_release);
+    } else {
+      wait_for(attend.done, attend.tasks);
+      output_rows(task - output.first);
+    }
+  });
+  ws.keep_within_limit();
+}
+
+}  // namespace mha::detail
