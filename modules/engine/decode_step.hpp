@@ -60,10 +60,19 @@ struct Simd {
 
   // Vectors pass by reference: a vector by value is a different ABI at each width.
   [[gnu::always_inline]] static void load(V& v, const T* p) { std::memcpy(&v, p, sizeof v); }
+  [[gnu::always_inline]] static void store(T* p, const V& v) { std::memcpy(p, &v, sizeof v); }
+  // The sum of the lanes, by halves: (lo + hi) at half the width, down to one lane.
   [[gnu::always_inline]] static T sum(const V& v) {
-    T s = 0;
-    for (std::size_t l = 0; l < lanes; ++l) s += v[l];
-    return s;
+    if constexpr (lanes == 1) {
+      return v[0];
+    } else {
+      using Half = Simd<T, Bytes / 2>;
+      typename Half::V lo, hi;
+      std::memcpy(&lo, &v, Bytes / 2);
+      std::memcpy(&hi, reinterpret_cast<const char*>(&v) + Bytes / 2, Bytes / 2);
+      const typename Half::V both = lo + hi;
+      return Half::sum(both);
+    }
   }
 };
 
@@ -122,63 +131,93 @@ template <class S, class T>
   }
 }
 
-// scores[j] = q . k_j for the n keys (n, D) of one head: four keys at a time.
-template <class S, class T>
-[[gnu::always_inline]] inline void key_scores(const T* q, const T* keys, std::size_t n, std::size_t D, T* scores) {
+// scores[j] = q . k_j for the n keys (n, D) of one head, D = C vectors: q held in
+// registers, eight keys at a time.
+template <class S, std::size_t C, class T>
+[[gnu::always_inline]] inline void key_scores(const T* q, const T* keys, std::size_t n, T* scores) {
   using V = typename S::V;
-  constexpr std::size_t lanes = S::lanes;
-  const std::size_t whole = D / lanes * lanes;
-  auto tail = [&](std::size_t j) {
-    T s = 0;
-    for (std::size_t d = whole; d < D; ++d) s += q[d] * keys[j * D + d];
-    return s;
-  };
+  constexpr std::size_t lanes = S::lanes, D = C * lanes, K = 8;
+  V qv[C];
+  for (std::size_t c = 0; c < C; ++c) S::load(qv[c], q + c * lanes);
   std::size_t j = 0;
-  for (; j + 4 <= n; j += 4) {
-    V acc[4] = {};
-    for (std::size_t d = 0; d < whole; d += lanes) {
-      V qv, kv[4];
-      S::load(qv, q + d);
-      for (std::size_t u = 0; u < 4; ++u) S::load(kv[u], keys + (j + u) * D + d);
-      for (std::size_t u = 0; u < 4; ++u) acc[u] += qv * kv[u];
-    }
-    for (std::size_t u = 0; u < 4; ++u) scores[j + u] = S::sum(acc[u]) + tail(j + u);
+  for (; j + K <= n; j += K) {
+    V acc[K] = {};
+    for (std::size_t c = 0; c < C; ++c)
+      for (std::size_t u = 0; u < K; ++u) {
+        V kv;
+        S::load(kv, keys + (j + u) * D + c * lanes);
+        acc[u] += qv[c] * kv;
+      }
+    for (std::size_t u = 0; u < K; ++u) scores[j + u] = S::sum(acc[u]);
   }
   for (; j < n; ++j) {
     V acc = {};
-    for (std::size_t d = 0; d < whole; d += lanes) {
-      V qv, kv;
-      S::load(qv, q + d);
-      S::load(kv, keys + j * D + d);
-      acc += qv * kv;
+    for (std::size_t c = 0; c < C; ++c) {
+      V kv;
+      S::load(kv, keys + j * D + c * lanes);
+      acc += qv[c] * kv;
     }
-    scores[j] = S::sum(acc) + tail(j);
+    scores[j] = S::sum(acc);
   }
 }
 
-// out (D) = (p . V) / sum for the n values (n, D) of one head, p the softmax's numerators.
-template <class T>
-[[gnu::always_inline]] inline void weighted_values(const T* p, T sum, const T* values, std::size_t n, std::size_t D,
-                                                   T* out) {
-  std::fill_n(out, D, T(0));
+// out (D) = (p . V) / sum for the n values (n, D) of one head, D = C vectors, p the
+// softmax's numerators: the row of out held in registers.
+template <class S, std::size_t C, class T>
+[[gnu::always_inline]] inline void weighted_values(const T* p, T sum, const T* values, std::size_t n, T* out) {
+  using V = typename S::V;
+  constexpr std::size_t lanes = S::lanes, D = C * lanes;
+  V acc[C] = {};
   for (std::size_t j = 0; j < n; ++j) {
-    const T pj = p[j];
-    const T* vj = values + j * D;
-#pragma clang loop vectorize(enable)
-    for (std::size_t d = 0; d < D; ++d) out[d] += pj * vj[d];
+    const V pj = V{} + p[j];
+    for (std::size_t c = 0; c < C; ++c) {
+      V vv;
+      S::load(vv, values + j * D + c * lanes);
+      acc[c] += pj * vv;
+    }
   }
+  const V inverse = V{} + T(1) / sum;
+  for (std::size_t c = 0; c < C; ++c) {
+    const V o = acc[c] * inverse;
+    S::store(out + c * lanes, o);
+  }
+}
+
+// The same for any D: plain loops, which the compiler vectorises as it can.
+template <class T>
+[[gnu::always_inline]] inline void key_scores_any(const T* q, const T* keys, std::size_t n, std::size_t D, T* scores) {
+  for (std::size_t j = 0; j < n; ++j) {
+    T s = 0;
+    for (std::size_t d = 0; d < D; ++d) s += q[d] * keys[j * D + d];
+    scores[j] = s;
+  }
+}
+template <class T>
+[[gnu::always_inline]] inline void weighted_values_any(const T* p, T sum, const T* values, std::size_t n, std::size_t D,
+                                                       T* out) {
+  std::fill_n(out, D, T(0));
+  for (std::size_t j = 0; j < n; ++j)
+    for (std::size_t d = 0; d < D; ++d) out[d] += p[j] * values[j * D + d];
   const T inverse = T(1) / sum;
   for (std::size_t d = 0; d < D; ++d) out[d] *= inverse;
 }
 
 // The attention of one new position of one head: q (D) against the n = t0 + i + 1 keys
 // and values it may see (the causal bound), into out (D); `scores` holds n.
-template <class S, class T>
+template <class S, std::size_t C, class T>
 [[gnu::always_inline]] inline void attend_position(const T* q, const T* keys, const T* values, std::size_t n,
                                                    std::size_t D, T* scores, T* out) {
-  key_scores<S>(q, keys, n, D, scores);
+  if constexpr (C == 0) {
+    key_scores_any(q, keys, n, D, scores);
+  } else {
+    key_scores<S, C>(q, keys, n, scores);
+  }
   const T sum = masked_exp_row(scores, n, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr));
-  weighted_values(scores, sum, values, n, D, out);
+  if constexpr (C == 0) {
+    weighted_values_any(scores, sum, values, n, D, out);
+  } else {
+    weighted_values<S, C>(scores, sum, values, n, out);
+  }
 }
 
 // The kernels at one vector width, each a static run() for run_at_width below.
@@ -195,7 +234,22 @@ struct AttendPosition {
   template <class T>
   [[gnu::always_inline]] static void run(const T* q, const T* keys, const T* values, std::size_t n, std::size_t D,
                                          T* scores, T* out) {
-    attend_position<Simd<T, Bytes>>(q, keys, values, n, D, scores, out);
+    using S = Simd<T, Bytes>;
+    // D in whole vectors, up to 16 of them, kept in registers; any other D in plain loops
+    switch (D % S::lanes == 0 ? D / S::lanes : 0) {
+      case 1:
+        return attend_position<S, 1>(q, keys, values, n, D, scores, out);
+      case 2:
+        return attend_position<S, 2>(q, keys, values, n, D, scores, out);
+      case 4:
+        return attend_position<S, 4>(q, keys, values, n, D, scores, out);
+      case 8:
+        return attend_position<S, 8>(q, keys, values, n, D, scores, out);
+      case 16:
+        return attend_position<S, 16>(q, keys, values, n, D, scores, out);
+      default:
+        return attend_position<S, 0>(q, keys, values, n, D, scores, out);
+    }
   }
 };
 
@@ -220,14 +274,14 @@ void run_at_width(Args... args) {
 }
 
 // Waits until `done` reaches `count`: the tasks of an earlier phase, each being finished
-// by a thread that took it.
+// by a thread that took it. It spins, and lets other threads run now and then (on a
+// machine busier than its cores, the thread it waits for may need this one's core).
 inline void wait_for(const std::atomic<std::size_t>& done, std::size_t count) {
-  while (done.load(std::memory_order_acquire) < count) {
+  for (std::size_t spins = 1; done.load(std::memory_order_acquire) < count; ++spins) {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
-#else
-    std::this_thread::yield();
 #endif
+    if (spins % 1024 == 0) std::this_thread::yield();
   }
 }
 
