@@ -256,7 +256,7 @@ void bench_sgemm(benchmark::State& state, std::size_t n, mha::GemmLibrary librar
 // steady loop of decoding steps reads its weights and its cache. The buffer is cut into one
 // contiguous part per thread; the caller reads the first part and each helper thread one
 // other, every helper spinning between reads (as the library's pool does), so that a read
-// pays no thread start. Each part is summed into 64 independent accumulators (lanes the
+// pays no thread start. Each part is summed into 32 independent accumulators (lanes the
 // compiler turns into vector registers: the loads, not the additions, are the limit), and
 // the sums are kept so that no read can be left out.
 struct alignas(64) PartSum {  // one thread's sum, on a cache line of its own
@@ -264,7 +264,7 @@ struct alignas(64) PartSum {  // one thread's sum, on a cache line of its own
 };
 
 float sum_of(const float* part, std::size_t count) {
-  constexpr std::size_t lanes = 64;
+  constexpr std::size_t lanes = 32;  // 8 SSE registers, 4 AVX or 2 AVX-512: all stay in registers
   std::array<float, lanes> acc{};
   std::size_t i = 0;
   for (; i + lanes <= count; i += lanes)
