@@ -1,7 +1,7 @@
 """The peer of mha-bench's decoding step in ONNX Runtime: one step of a KV-cache decoder as every ONNX graph that computes it, checked, timed.
 
     /usr/bin/python3 bench/ort_decode.py --threads N [--quick] [--cached T ...] [--batch B ...]
-                                         [--embed-dim E] [--heads H] [--ort-dir DIR]
+                                         [--embed-dim E] [--heads H] [--ort-dir DIR] [--check-only]
 
 One decoding step of a real torch.nn.MultiheadAttention(E, H) (float32, eval mode, seeded,
 both biases drawn at random so that a misplaced bias shows), default E = 1024, H = 16, for
@@ -52,6 +52,9 @@ computed into ONNX Runtime's own memory on every run, as a decoder's step needs,
 copied out to JavaScript, which onnxruntime-node would otherwise do on every call. The same
 inputs every run: the cache does not grow during the timing (mha-bench cuts its cache back
 to T after every step likewise).
+
+--check-only runs every graph's check and times none (a CTest test does, at a small E);
+it prints one line per graph and T and B, and fails as the timing run would.
 
 Prints one JSON list on stdout, one row per T and B: ort_ms is the fastest graph's median
 time, ort_best_graph its name, ort_graphs every timed graph's median, ort_graphs_left_out
@@ -231,8 +234,9 @@ def run_step(model: onnx.ModelProto, feeds: dict, inputs: dict, binds: dict, tmp
     return np.fromfile(os.path.join(out_dir, "attn_output.f32"), dtype=np.float32).reshape(dims)
 
 
-def bench_step(T: int, B: int, E: int, H: int, threads: int, quick: bool, ort_dir: str) -> dict:
-    """One row: every graph checked against PyTorch, then timed; the fastest is ORT's figure."""
+def bench_step(T: int, B: int, E: int, H: int, threads: int, quick: bool, ort_dir: str, check_only: bool = False):
+    """One row: every graph checked against PyTorch, then timed; the fastest is ORT's figure.
+    With check_only, the checks alone: {graph: scaled error}."""
     module = ort_mha.seeded_module(E, H)
     p = {k: v.detach().numpy() for k, v in module.state_dict().items()}
     feeds, want = reference_step(module, T, B)
@@ -252,8 +256,13 @@ def bench_step(T: int, B: int, E: int, H: int, threads: int, quick: bool, ort_di
                       file=sys.stderr)
                 continue
             errors[name] = ort_mha.check_outputs(label, {"attn_output": got}, {"attn_output": want})["attn_output"]
+            if check_only:
+                print(f"{label}: attn_output within {TOLERANCE} of PyTorch's (scaled error {errors[name]:.3g})")
+                continue
             timing = run_step(model, feeds, inputs, binds, tmp, threads, ort_dir, time_it=True, quick=quick)
             times[name], version, options = timing["median_ms"], timing["ort_version"], timing["session_options"]
+    if check_only:
+        return errors
     best = min(times, key=times.get)
     return {"cached": T, "N": B, "E": E, "H": H, "threads": threads, "ort_ms": times[best], "ort_best_graph": best,
             "ort_graphs": times, "ort_graphs_left_out": left_out, "max_scaled_error": errors,
@@ -269,17 +278,19 @@ def main():
     parser.add_argument("--embed-dim", type=int, default=1024)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--ort-dir", default=ort_mha.ORT_DIR)
+    parser.add_argument("--check-only", action="store_true", help="check every graph against PyTorch, time none")
     args = parser.parse_args()
 
     torch.manual_seed(0)
     try:
-        ort_mha.ensure_onnxruntime(args.ort_dir)
-        rows = [bench_step(T, B, args.embed_dim, args.heads, args.threads, args.quick, args.ort_dir)
+        ort_mha.ensure_onnxruntime(args.ort_dir, install=not args.check_only)
+        rows = [bench_step(T, B, args.embed_dim, args.heads, args.threads, args.quick, args.ort_dir, args.check_only)
                 for B in args.batch for T in args.cached]
     except ort_mha.Unavailable as why:
         print(f"bench/ort_decode.py: ONNX Runtime unavailable: {why}", file=sys.stderr)
         sys.exit(ort_mha.UNAVAILABLE)
-    print(json.dumps(rows))
+    if not args.check_only:
+        print(json.dumps(rows))
 
 
 if __name__ == "__main__":
