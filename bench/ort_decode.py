@@ -26,14 +26,17 @@ inputs and gives attn_output (B, 1, E) and the grown cache, present_key and pres
       the new one, int32) and total_sequence_length = T + 1 (a scalar, int32).
   com.microsoft.GroupQueryAttention, packed QKV   one MatMul + Add giving [q | k | v]
       (B, 1, 3E) as the op's packed query, key and value left empty.
-  com.microsoft.GroupQueryAttention, one past/present buffer   the first GroupQueryAttention
-      graph fed a buffer of T + 1 positions (the T cached, then room for the new one) as
-      past_key and past_value, with present_key and present_value written into those same
-      tensors (bench/ort_run.js --bind): the op's shared-buffer form, in which a decoder grows
-      its cache in place instead of copying the past into a new present every step.
   com.microsoft.Attention                   the contrib op with the packed projection inside
       it (weights in_proj_weight^T, bias in_proj_bias) and one past input (2, B, H, T, D),
       the keys then the values; one present output (2, B, H, T + 1, D).
+
+Not timed: GroupQueryAttention's shared-buffer form, past and present one buffer of room
+for more positions, grown in place. onnxruntime-node gives an output in a tensor of its own
+making or in a pre-allocated one (session.run's fetches), and only a pre-allocated present
+bound to the past's tensor would share the buffer; but a pre-allocated output costs the
+binding more on every call than the copy of the past it saves (at T = 128, E = 1024 the
+GroupQueryAttention graph ran more than twice as long with present_* pre-allocated, bound to
+the past's tensors or not), so the time would be the binding's, not the engine's.
 
 The contrib graphs are optional: an op that ONNX Runtime's CPU engine will not load or run
 in this form is left out with its reason (stderr and the row's ort_graphs_left_out), and
@@ -160,24 +163,17 @@ def microsoft_attention_step(H: int, p: dict) -> onnx.ModelProto:
                       {"": 17, "com.microsoft": 1})
 
 
-# (name, builder(H, p), {graph input: feed}, {output: the input whose tensor it is written
-# into}, optional). The feeds are reference_step's.
-SPLIT = {"x": "x", "past_key": "past_key", "past_value": "past_value"}
-LENGTHS = {"seqlens_k": "seqlens_k", "total_sequence_length": "total_sequence_length"}
+# (name, builder(H, p), the feeds it takes, optional)
 GRAPHS = [
-    ("com.microsoft.MultiHeadAttention", multihead_attention_step, SPLIT, {}, True),
-    ("Attention-23", onnx_attention_step, SPLIT, {}, False),
-    ("Attention-23, packed projection", lambda H, p: onnx_attention_step(H, p, packed=True), SPLIT, {}, False),
-    ("com.microsoft.GroupQueryAttention", group_query_attention_step, SPLIT | LENGTHS, {}, True),
+    ("com.microsoft.MultiHeadAttention", multihead_attention_step, ("x", "past_key", "past_value"), True),
+    ("Attention-23", onnx_attention_step, ("x", "past_key", "past_value"), False),
+    ("Attention-23, packed projection", lambda H, p: onnx_attention_step(H, p, packed=True),
+     ("x", "past_key", "past_value"), False),
+    ("com.microsoft.GroupQueryAttention", group_query_attention_step,
+     ("x", "past_key", "past_value", "seqlens_k", "total_sequence_length"), True),
     ("com.microsoft.GroupQueryAttention, packed QKV", lambda H, p: group_query_attention_step(H, p, packed=True),
-     SPLIT | LENGTHS, {}, True),
-    # One buffer of T + 1 positions for past and present, as the op's docs allow: present_key
-    # and present_value are bound to the past's tensors (bench/ort_run.js --bind), so the op
-    # writes the new position in place and nothing is copied out.
-    ("com.microsoft.GroupQueryAttention, one past/present buffer", group_query_attention_step,
-     {"x": "x", "past_key": "past_key_buffer", "past_value": "past_value_buffer"} | LENGTHS,
-     {"present_key": "past_key", "present_value": "past_value"}, True),
-    ("com.microsoft.Attention", microsoft_attention_step, {"x": "x", "past": "past"}, {}, True),
+     ("x", "past_key", "past_value", "seqlens_k", "total_sequence_length"), True),
+    ("com.microsoft.Attention", microsoft_attention_step, ("x", "past"), True),
 ]
 
 
@@ -199,27 +195,21 @@ def reference_step(module: torch.nn.MultiheadAttention, T: int, B: int) -> tuple
     feeds = {"x": np.ascontiguousarray(sequence[T:].numpy().transpose(1, 0, 2)),  # (B, 1, E)
              "past_key": past[0], "past_value": past[1],
              "past": np.stack(past),                                            # (2, B, H, T, D)
-             # (B, H, T + 1, D): the T positions, then room for the new one
-             "past_key_buffer": np.concatenate([past[0], np.zeros((B, H, 1, D), np.float32)], axis=2),
-             "past_value_buffer": np.concatenate([past[1], np.zeros((B, H, 1, D), np.float32)], axis=2),
              "seqlens_k": np.full(B, T, dtype=np.int32),                        # positions before the new one
              "total_sequence_length": np.array(T + 1, dtype=np.int32)}
     return feeds, out.numpy().transpose(1, 0, 2)
 
 
-def run_step(model: onnx.ModelProto, feeds: dict, inputs: dict, binds: dict, tmp: str, threads: int, ort_dir: str,
+def run_step(model: onnx.ModelProto, feeds: dict, names: tuple, tmp: str, threads: int, ort_dir: str,
              time_it: bool = False, quick: bool = False):
-    """attn_output of `model` on the feeds ({graph input: feed}) through ONNX Runtime, or
-    with time_it the timing answer of bench/ort_run.js; attn_output alone is fetched either
-    way, the outputs of `binds` written into their inputs' tensors."""
+    """attn_output of `model` on the feeds `names` (ONNX Runtime), or with time_it the timing
+    answer of bench/ort_run.js; attn_output alone is fetched either way."""
     model_path = os.path.join(tmp, "model.onnx")
     onnx.save(model, model_path)
     args = [model_path, "--threads", str(threads), "--fetch", "attn_output"]
-    for output, input_name in binds.items():
-        args += ["--bind", f"{output}={input_name}"]
-    for name, key in inputs.items():
-        array = feeds[key]
-        path = os.path.join(tmp, key + ".bin")
+    for name in names:
+        array = feeds[name]
+        path = os.path.join(tmp, name + ".bin")
         if not os.path.exists(path):
             array.tofile(path)
         kind = "int32" if array.dtype == np.int32 else "float32"
@@ -243,11 +233,11 @@ def bench_step(T: int, B: int, E: int, H: int, threads: int, quick: bool, ort_di
     shape = f"cached={T} B={B} E={E} H={H}"
     times, left_out, errors, version, options = {}, {}, {}, None, None
     with tempfile.TemporaryDirectory(prefix="ort_decode_") as tmp:
-        for name, build, inputs, binds, optional in GRAPHS:
+        for name, build, names, optional in GRAPHS:
             label = f"{shape} {name}"
             model = build(H, p)
             try:
-                got = run_step(model, feeds, inputs, binds, tmp, threads, ort_dir)
+                got = run_step(model, feeds, names, tmp, threads, ort_dir)
             except RuntimeError as error:
                 if not optional:
                     raise
@@ -259,7 +249,7 @@ def bench_step(T: int, B: int, E: int, H: int, threads: int, quick: bool, ort_di
             if check_only:
                 print(f"{label}: attn_output within {TOLERANCE} of PyTorch's (scaled error {errors[name]:.3g})")
                 continue
-            timing = run_step(model, feeds, inputs, binds, tmp, threads, ort_dir, time_it=True, quick=quick)
+            timing = run_step(model, feeds, names, tmp, threads, ort_dir, time_it=True, quick=quick)
             times[name], version, options = timing["median_ms"], timing["ort_version"], timing["session_options"]
     if check_only:
         return errors
