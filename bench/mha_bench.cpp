@@ -29,6 +29,7 @@
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 #include "third_party.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <benchmark/benchmark.h>
@@ -482,6 +483,8 @@ int main(int argc, char** argv) {
     std::vector<std::size_t> read_sizes;
     for (const auto& s : tiny ? tiny_decode_shapes : decode_shapes) read_sizes.push_back(decode_step_bytes(s));
     if (!tiny) read_sizes.insert(read_sizes.end(), {std::size_t{16} << 20, std::size_t{256} << 20});
+    std::sort(read_sizes.begin(), read_sizes.end());  // each size once
+    read_sizes.erase(std::unique(read_sizes.begin(), read_sizes.end()), read_sizes.end());
     for (const std::size_t bytes : read_sizes)
       benchmark::RegisterBenchmark(fmt::format("memory_read/bytes={}", bytes).c_str(), bench_memory_read, bytes)
           ->Unit(benchmark::kMillisecond)
