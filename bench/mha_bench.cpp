@@ -347,8 +347,12 @@ void bench_memory_read(benchmark::State& state, std::size_t bytes) {
 }
 
 // The bytes one decoding step reads: the four (E, E) float32 weights (W_q, W_k, W_v,
-// out_proj) and the cache's keys and values, 2 * t * E floats for each of N sequences.
-std::size_t decode_step_bytes(const DecodeShape& s, std::size_t N = 1) {
+// out_proj) and the cache's keys and values, 2 * t * E floats for each of its N sequences
+// (N = 1 for a shape that does not say).
+template <class DecodeRow>
+std::size_t decode_step_bytes(const DecodeRow& s) {
+  std::size_t N = 1;
+  if constexpr (requires { s.N; }) N = s.N;
   return sizeof(float) * (4 * s.E * s.E + 2 * s.cached * s.E * N);
 }
 

@@ -1,11 +1,13 @@
 """The peer of mha-bench's decoding step in ONNX Runtime: one step of a KV-cache decoder as every ONNX graph that computes it, checked, timed.
 
     /usr/bin/python3 bench/ort_decode.py --threads N [--quick] [--cached T ...] [--batch B ...]
-                                         [--embed-dim E] [--heads H] [--ort-dir DIR] [--check-only]
+                                         [--steps T,B ...] [--embed-dim E] [--heads H] [--ort-dir DIR]
+                                         [--check-only]
 
 One decoding step of a real torch.nn.MultiheadAttention(E, H) (float32, eval mode, seeded,
 both biases drawn at random so that a misplaced bias shows), default E = 1024, H = 16, for
-each number of cached positions T (default 128, 1024, 8192) and batch B (default 1): the
+each number of cached positions T (default 128, 1024, 8192) and batch B (default 1), or
+each pair of --steps T,B alone: the
 new token x (B, 1, E) is projected to q, k and v; k and v join the T cached keys and values
 (past_key, past_value, each (B, H, T, D), D = E / H); q attends to all T + 1; out_proj.
 ONNX Runtime's figure for a T and B is its fastest graph's time: the same work as
@@ -265,17 +267,20 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--cached", type=int, nargs="*", default=DECODE_CACHED, help="cached positions T")
     parser.add_argument("--batch", type=int, nargs="*", default=[1], help="sequences decoding together, B")
+    parser.add_argument("--steps", nargs="*", metavar="T,B", help="these (T, B) alone, instead of --cached x --batch")
     parser.add_argument("--embed-dim", type=int, default=1024)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--ort-dir", default=ort_mha.ORT_DIR)
     parser.add_argument("--check-only", action="store_true", help="check every graph against PyTorch, time none")
     args = parser.parse_args()
 
+    steps = ([tuple(int(v) for v in step.split(",")) for step in args.steps] if args.steps
+             else [(T, B) for B in args.batch for T in args.cached])
     torch.manual_seed(0)
     try:
         ort_mha.ensure_onnxruntime(args.ort_dir, install=not args.check_only)
         rows = [bench_step(T, B, args.embed_dim, args.heads, args.threads, args.quick, args.ort_dir, args.check_only)
-                for B in args.batch for T in args.cached]
+                for T, B in steps]
     except ort_mha.Unavailable as why:
         print(f"bench/ort_decode.py: ONNX Runtime unavailable: {why}", file=sys.stderr)
         sys.exit(ort_mha.UNAVAILABLE)
