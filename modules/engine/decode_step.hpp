@@ -76,6 +76,11 @@ struct Simd {
   }
 };
 
+// How far ahead of its reads a stream of weights asks for them: 2 KiB, so that the four
+// streams of dot_block have about as many bytes in flight as the memory's latency needs.
+template <class T>
+constexpr std::size_t prefetch_distance = 2048 / sizeof(T);
+
 // y[m * ldy + r] = W[r] . x[m] + b[r] for the R rows r0 .. r0 + R - 1 of W (rows of length
 // `in`) and the G rows of x from x0: R * G accumulators, so that each row of W is loaded
 // once per G rows of x.
@@ -92,6 +97,9 @@ template <class S, std::size_t R, std::size_t G, class T>
     V xv[G];
     for (std::size_t g = 0; g < G; ++g) S::load(xv[g], x0 + g * ldx + k);
     for (std::size_t r = 0; r < R; ++r) {
+      // asked for ahead of use: R streams at once are more than the hardware's prefetchers
+      // keep ahead of (a hint; past the end of W it fetches nothing and never faults)
+      __builtin_prefetch(w + (r0 + r) * in + k + prefetch_distance<T>);
       V wv;
       S::load(wv, w + (r0 + r) * in + k);
       for (std::size_t g = 0; g < G; ++g) acc[r][g] += wv * xv[g];
@@ -105,13 +113,43 @@ template <class S, std::size_t R, std::size_t G, class T>
     }
 }
 
-// dot_block over G rows of x, for rows [first, last) of W: four rows at a time, then one.
+// y[g * ldy + r] = W[r] . x[g] + b[r] for one row r of W and the G rows of x, the row read
+// from start to end, U vectors a step into U accumulators per row of x: one stream
+// through memory, as the hardware's prefetchers read best.
+template <class S, std::size_t G, class T>
+[[gnu::always_inline]] inline void dot_row(const T* w, std::size_t in, const T* x0, std::size_t ldx, const T* bias,
+                                           T* y0, std::size_t ldy, std::size_t r) {
+  using V = typename S::V;
+  constexpr std::size_t lanes = S::lanes, U = 4;
+  const T* row = w + r * in;
+  V acc[G][U] = {};
+  std::size_t k = 0;
+  for (; k + U * lanes <= in; k += U * lanes)
+    for (std::size_t u = 0; u < U; ++u) {
+      V wv;
+      S::load(wv, row + k + u * lanes);
+      for (std::size_t g = 0; g < G; ++g) {
+        V xv;
+        S::load(xv, x0 + g * ldx + k + u * lanes);
+        acc[g][u] += wv * xv;
+      }
+    }
+  for (std::size_t g = 0; g < G; ++g) {
+    for (std::size_t u = 1; u < U; ++u) acc[g][0] += acc[g][u];
+    T s = S::sum(acc[g][0]);
+    for (std::size_t kk = k; kk < in; ++kk) s += row[kk] * x0[g * ldx + kk];  // the tail
+    y0[g * ldy + r] = s + (bias ? bias[r] : T(0));
+  }
+}
+
+// Rows [first, last) of W against G rows of x: four rows of W at a time (each load of x
+// used four times), the rows left over one by one.
 template <class S, std::size_t G, class T>
 [[gnu::always_inline]] inline void dot_rows_of(const T* w, std::size_t in, const T* x0, std::size_t ldx, const T* bias,
                                                T* y0, std::size_t ldy, std::size_t first, std::size_t last) {
   std::size_t r = first;
   for (; r + 4 <= last; r += 4) dot_block<S, 4, G>(w, in, x0, ldx, bias, y0, ldy, r);
-  for (; r < last; ++r) dot_block<S, 1, G>(w, in, x0, ldx, bias, y0, ldy, r);
+  for (; r < last; ++r) dot_row<S, G>(w, in, x0, ldx, bias, y0, ldy, r);
 }
 
 // y (M, ldy), columns [first, last) = x (M, in) W^T + b for the rows [first, last) of W
