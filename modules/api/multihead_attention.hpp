@@ -39,6 +39,13 @@ public:
   // (N*H, L, S'), True = kept: the dropout this forward applied; none without dropout.
   const std::optional<xt::xtensor<bool, 3>>& dropout_mask() const { return saved_.dropout_mask; }
 
+  ForwardRecord(const ForwardRecord&) = default;
+  ForwardRecord(ForwardRecord&&) noexcept = default;
+  ForwardRecord& operator=(const ForwardRecord&) = default;
+  ForwardRecord& operator=(ForwardRecord&&) noexcept = default;
+  // Its tensors go to the thread's buffers, for the next training forward to reuse.
+  ~ForwardRecord() { detail::keep_spare_record(std::move(saved_)); }
+
 private:
   friend class MultiheadAttention<T>;
   ForwardRecord() = default;

@@ -40,8 +40,9 @@ bool training_forward_applies(const Geometry& g, const StaticKV<T>& statics, std
 // row is written once, the heads shared out over `threads`.
 template <class T>
 xt::xtensor<T, 3> heads_of(const StridedHeads<const T>& x, std::size_t len, std::size_t len_total, std::size_t N,
-                           std::size_t H, std::size_t D, const std::optional<xt::xtensor<T, 3>>& bias, int threads) {
-  auto heads = xt::xtensor<T, 3>::from_shape({N * H, len_total, D});
+                           std::size_t H, std::size_t D, const std::optional<xt::xtensor<T, 3>>& bias, int threads,
+                           xt::xtensor<T, 3> heads) {
+  heads.resize({N * H, len_total, D});  // in the storage given, when it is of this size
   const double values = static_cast<double>(N * H * len_total * D);
   parallel_for(N * H, threads_for(values, /*threshold=*/1e6, threads), [&](std::size_t b, std::size_t /*worker*/) {
     const std::size_t n = b / H, h = b % H;
@@ -81,6 +82,36 @@ void head_forward(SavedForward<T>& s, const StridedHeads<const T>& q_scaled, con
 
 // Steps 3 to 10 of forward(), keeping in `s` what backward() needs, as reference_forward
 // keeps it. training_forward_applies() must hold.
+// A training loop makes a record, runs backward() and lets the record go, call after call,
+// at the same shapes: at (1024, 1, 1024, 16) its softmax alone is 64 MiB, which the
+// allocator would map afresh (and the machine fault in, page by page) on every call. So a
+// record let go (ForwardRecord's destructor) leaves its tensors to its thread, and that
+// thread's next training forward writes into them: a tensor of the same size keeps its
+// storage. release_thread_buffers() frees them with the rest.
+template <class T>
+void keep_spare_record(SavedForward<T>&& record) noexcept {
+  // moved from, nothing worth keeping, or a record let go as its thread ends
+  if (record.probabilities.size() == 0 || Workspace<T>::gone()) return;
+  try {
+    Workspace<T>& ws = Workspace<T>::mine();
+    const std::size_t bytes = sizeof(T) * (record.qh.size() + record.kh.size() + record.vh.size() +
+                                           record.probabilities.size() + record.weights.size() + record.merged.size());
+    ws.spare_record = std::make_shared<SavedForward<T>>(std::move(record));
+    ws.spare_record_bytes = bytes;
+    ws.keep_within_limit();
+  } catch (...) {  // out of memory: the record is simply freed
+  }
+}
+
+template <class T>
+SavedForward<T> take_spare_record(Workspace<T>& ws) {
+  if (!ws.spare_record) return {};
+  SavedForward<T> spare = std::move(*std::static_pointer_cast<SavedForward<T>>(ws.spare_record));
+  ws.spare_record.reset();
+  ws.spare_record_bytes = 0;
+  return spare;
+}
+
 template <class T>
 Output<T> training_forward(Engine<T>& engine, const Options& options, const textbook::Parameters<T>& params,
                            const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
@@ -101,9 +132,10 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const text
   const std::optional<xt::xtensor<T, 3>> none;
   const auto& bias_k = options.add_bias_kv ? params.bias_k : none;  // (1, 1, E)
   const auto& bias_v = options.add_bias_kv ? params.bias_v : none;
-  auto qh = heads_of(q_view, L, L, N, H, D, none, c.threads);       // (N*H, L, D)
-  auto kh = heads_of(p.k, S, S_total, N, H, D, bias_k, c.threads);  // (N*H, S', D)
-  auto vh = heads_of(p.v, S, S_total, N, H, D, bias_v, c.threads);  // (N*H, S', D)
+  SavedForward<T> spare = take_spare_record<T>(ws);  // a record let go earlier: its storage, reused
+  auto qh = heads_of(q_view, L, L, N, H, D, none, c.threads, std::move(spare.qh));       // (N*H, L, D)
+  auto kh = heads_of(p.k, S, S_total, N, H, D, bias_k, c.threads, std::move(spare.kh));  // (N*H, S', D)
+  auto vh = heads_of(p.v, S, S_total, N, H, D, bias_v, c.threads, std::move(spare.vh));  // (N*H, S', D)
   for (std::size_t i = 0; i < S_total - S; ++i) masks.pad_for_extra_key();
   scale_query(c, p.q);
   // 7) the masks stay separate, added in the softmax's row kernel; the causal hint made full
@@ -120,14 +152,16 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const text
   s.key = textbook::to_seq_first_batched(key, batch_first);      // (S, N, Ek)
   s.value = textbook::to_seq_first_batched(value, batch_first);  // (S, N, Ev)
   s.qh = std::move(qh), s.kh = std::move(kh), s.vh = std::move(vh);
-  s.probabilities = xt::xtensor<T, 3>::from_shape({B, L, S_total});
+  s.probabilities = std::move(spare.probabilities);
+  s.probabilities.resize({B, L, S_total});
   // dropout: the mask given, or drawn now over all of (N*H, L, S') in the reference's order
   s.dropout_p = dropout_p;
   s.dropout_mask = opts.dropout_mask;
   if (dropout_p > 0 && !s.dropout_mask)
     s.dropout_mask = textbook::draw_dropout_mask({B, L, S_total}, dropout_p, generator);
-  if (s.dropout_mask) s.weights = xt::xtensor<T, 3>::from_shape({B, L, S_total});
-  s.merged = xt::xtensor<T, 3>::from_shape({L, N, E});
+  if (s.dropout_mask) s.weights = std::move(spare.weights), s.weights.resize({B, L, S_total});
+  s.merged = std::move(spare.merged);
+  s.merged.resize({L, N, E});
 
   // 8) attention per head, on the library's threads, into P and the merged heads
   const AdditiveMasks<T> additive = additive_masks(masks, L, S_total);

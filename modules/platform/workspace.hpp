@@ -57,12 +57,26 @@ struct Workspace {
   std::vector<std::vector<T>> slots;    // q, k, v, the extended keys, the heads, the weights
   std::size_t used = 0;                 // slots handed out in this forward()
   std::vector<std::vector<T>> scratch;  // per worker: (rows, S') scores, or a (Tq, Tk) tile
+  // The tensors of the last training record this thread let go, for the next training
+  // forward to write into (engine/training_forward.hpp); of a type this layer need not know.
+  std::shared_ptr<void> spare_record;
+  std::size_t spare_record_bytes = 0;
 
   // The calling thread's, as it stands; `of_this_thread` for a new forward.
   static Workspace& mine() {
     thread_local Workspace workspace;
     return workspace;
   }
+  // Whether this thread's workspace is already destroyed (its thread is ending): a bool
+  // with no destructor stays readable to the end.
+  static bool& gone() {
+    thread_local bool destroyed = false;
+    return destroyed;
+  }
+  Workspace() = default;
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace() { gone() = true; }
   static Workspace& of_this_thread() {
     Workspace& workspace = mine();
     workspace.used = 0;
@@ -78,12 +92,14 @@ struct Workspace {
     std::size_t n = 0;
     for (const auto& s : slots) n += s.capacity();
     for (const auto& s : scratch) n += s.capacity();
-    return n * sizeof(T);
+    return n * sizeof(T) + (spare_record ? spare_record_bytes : 0);
   }
   void release() {
     slots = {};
     scratch = {};
     used = 0;
+    spare_record.reset();
+    spare_record_bytes = 0;
   }
   // At the end of a forward or backward: everything goes if it holds more than the limit.
   void keep_within_limit() {
