@@ -29,6 +29,7 @@
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 #include "third_party.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <benchmark/benchmark.h>
@@ -346,8 +347,12 @@ void bench_memory_read(benchmark::State& state, std::size_t bytes) {
 }
 
 // The bytes one decoding step reads: the four (E, E) float32 weights (W_q, W_k, W_v,
-// out_proj) and the cache's keys and values, 2 * t * E floats for each of N sequences.
-std::size_t decode_step_bytes(const DecodeShape& s, std::size_t N = 1) {
+// out_proj) and the cache's keys and values, 2 * t * E floats for each of its N sequences
+// (N = 1 for a shape that does not say).
+template <class DecodeRow>
+std::size_t decode_step_bytes(const DecodeRow& s) {
+  std::size_t N = 1;
+  if constexpr (requires { s.N; }) N = s.N;
   return sizeof(float) * (4 * s.E * s.E + 2 * s.cached * s.E * N);
 }
 
@@ -482,6 +487,8 @@ int main(int argc, char** argv) {
     std::vector<std::size_t> read_sizes;
     for (const auto& s : tiny ? tiny_decode_shapes : decode_shapes) read_sizes.push_back(decode_step_bytes(s));
     if (!tiny) read_sizes.insert(read_sizes.end(), {std::size_t{16} << 20, std::size_t{256} << 20});
+    std::sort(read_sizes.begin(), read_sizes.end());  // each size once
+    read_sizes.erase(std::unique(read_sizes.begin(), read_sizes.end()), read_sizes.end());
     for (const std::size_t bytes : read_sizes)
       benchmark::RegisterBenchmark(fmt::format("memory_read/bytes={}", bytes).c_str(), bench_memory_read, bytes)
           ->Unit(benchmark::kMillisecond)

@@ -1,11 +1,13 @@
 """The peer of mha-bench's decoding step in ONNX Runtime: one step of a KV-cache decoder as every ONNX graph that computes it, checked, timed.
 
     /usr/bin/python3 bench/ort_decode.py --threads N [--quick] [--cached T ...] [--batch B ...]
-                                         [--embed-dim E] [--heads H] [--ort-dir DIR] [--check-only]
+                                         [--steps T,B ...] [--embed-dim E] [--heads H] [--ort-dir DIR]
+                                         [--check-only]
 
 One decoding step of a real torch.nn.MultiheadAttention(E, H) (float32, eval mode, seeded,
 both biases drawn at random so that a misplaced bias shows), default E = 1024, H = 16, for
-each number of cached positions T (default 128, 1024, 8192) and batch B (default 1): the
+each number of cached positions T (default 128, 1024, 8192) and batch B (default 1), or
+each pair of --steps T,B alone: the
 new token x (B, 1, E) is projected to q, k and v; k and v join the T cached keys and values
 (past_key, past_value, each (B, H, T, D), D = E / H); q attends to all T + 1; out_proj.
 ONNX Runtime's figure for a T and B is its fastest graph's time: the same work as
@@ -26,14 +28,17 @@ inputs and gives attn_output (B, 1, E) and the grown cache, present_key and pres
       the new one, int32) and total_sequence_length = T + 1 (a scalar, int32).
   com.microsoft.GroupQueryAttention, packed QKV   one MatMul + Add giving [q | k | v]
       (B, 1, 3E) as the op's packed query, key and value left empty.
-  com.microsoft.GroupQueryAttention, one past/present buffer   the first GroupQueryAttention
-      graph fed a buffer of T + 1 positions (the T cached, then room for the new one) as
-      past_key and past_value, with present_key and present_value written into those same
-      tensors (bench/ort_run.js --bind): the op's shared-buffer form, in which a decoder grows
-      its cache in place instead of copying the past into a new present every step.
   com.microsoft.Attention                   the contrib op with the packed projection inside
       it (weights in_proj_weight^T, bias in_proj_bias) and one past input (2, B, H, T, D),
       the keys then the values; one present output (2, B, H, T + 1, D).
+
+Not timed: GroupQueryAttention's shared-buffer form, past and present one buffer of room
+for more positions, grown in place. onnxruntime-node gives an output in a tensor of its own
+making or in a pre-allocated one (session.run's fetches), and only a pre-allocated present
+bound to the past's tensor would share the buffer; but a pre-allocated output costs the
+binding more on every call than the copy of the past it saves (at T = 128, E = 1024 the
+GroupQueryAttention graph ran more than twice as long with present_* pre-allocated, bound to
+the past's tensors or not), so the time would be the binding's, not the engine's.
 
 The contrib graphs are optional: an op that ONNX Runtime's CPU engine will not load or run
 in this form is left out with its reason (stderr and the row's ort_graphs_left_out), and
@@ -160,24 +165,17 @@ def microsoft_attention_step(H: int, p: dict) -> onnx.ModelProto:
                       {"": 17, "com.microsoft": 1})
 
 
-# (name, builder(H, p), {graph input: feed}, {output: the input whose tensor it is written
-# into}, optional). The feeds are reference_step's.
-SPLIT = {"x": "x", "past_key": "past_key", "past_value": "past_value"}
-LENGTHS = {"seqlens_k": "seqlens_k", "total_sequence_length": "total_sequence_length"}
+# (name, builder(H, p), the feeds it takes, optional)
 GRAPHS = [
-    ("com.microsoft.MultiHeadAttention", multihead_attention_step, SPLIT, {}, True),
-    ("Attention-23", onnx_attention_step, SPLIT, {}, False),
-    ("Attention-23, packed projection", lambda H, p: onnx_attention_step(H, p, packed=True), SPLIT, {}, False),
-    ("com.microsoft.GroupQueryAttention", group_query_attention_step, SPLIT | LENGTHS, {}, True),
+    ("com.microsoft.MultiHeadAttention", multihead_attention_step, ("x", "past_key", "past_value"), True),
+    ("Attention-23", onnx_attention_step, ("x", "past_key", "past_value"), False),
+    ("Attention-23, packed projection", lambda H, p: onnx_attention_step(H, p, packed=True),
+     ("x", "past_key", "past_value"), False),
+    ("com.microsoft.GroupQueryAttention", group_query_attention_step,
+     ("x", "past_key", "past_value", "seqlens_k", "total_sequence_length"), True),
     ("com.microsoft.GroupQueryAttention, packed QKV", lambda H, p: group_query_attention_step(H, p, packed=True),
-     SPLIT | LENGTHS, {}, True),
-    # One buffer of T + 1 positions for past and present, as the op's docs allow: present_key
-    # and present_value are bound to the past's tensors (bench/ort_run.js --bind), so the op
-    # writes the new position in place and nothing is copied out.
-    ("com.microsoft.GroupQueryAttention, one past/present buffer", group_query_attention_step,
-     {"x": "x", "past_key": "past_key_buffer", "past_value": "past_value_buffer"} | LENGTHS,
-     {"present_key": "past_key", "present_value": "past_value"}, True),
-    ("com.microsoft.Attention", microsoft_attention_step, {"x": "x", "past": "past"}, {}, True),
+     ("x", "past_key", "past_value", "seqlens_k", "total_sequence_length"), True),
+    ("com.microsoft.Attention", microsoft_attention_step, ("x", "past"), True),
 ]
 
 
@@ -199,27 +197,21 @@ def reference_step(module: torch.nn.MultiheadAttention, T: int, B: int) -> tuple
     feeds = {"x": np.ascontiguousarray(sequence[T:].numpy().transpose(1, 0, 2)),  # (B, 1, E)
              "past_key": past[0], "past_value": past[1],
              "past": np.stack(past),                                            # (2, B, H, T, D)
-             # (B, H, T + 1, D): the T positions, then room for the new one
-             "past_key_buffer": np.concatenate([past[0], np.zeros((B, H, 1, D), np.float32)], axis=2),
-             "past_value_buffer": np.concatenate([past[1], np.zeros((B, H, 1, D), np.float32)], axis=2),
              "seqlens_k": np.full(B, T, dtype=np.int32),                        # positions before the new one
              "total_sequence_length": np.array(T + 1, dtype=np.int32)}
     return feeds, out.numpy().transpose(1, 0, 2)
 
 
-def run_step(model: onnx.ModelProto, feeds: dict, inputs: dict, binds: dict, tmp: str, threads: int, ort_dir: str,
+def run_step(model: onnx.ModelProto, feeds: dict, names: tuple, tmp: str, threads: int, ort_dir: str,
              time_it: bool = False, quick: bool = False):
-    """attn_output of `model` on the feeds ({graph input: feed}) through ONNX Runtime, or
-    with time_it the timing answer of bench/ort_run.js; attn_output alone is fetched either
-    way, the outputs of `binds` written into their inputs' tensors."""
+    """attn_output of `model` on the feeds `names` (ONNX Runtime), or with time_it the timing
+    answer of bench/ort_run.js; attn_output alone is fetched either way."""
     model_path = os.path.join(tmp, "model.onnx")
     onnx.save(model, model_path)
     args = [model_path, "--threads", str(threads), "--fetch", "attn_output"]
-    for output, input_name in binds.items():
-        args += ["--bind", f"{output}={input_name}"]
-    for name, key in inputs.items():
-        array = feeds[key]
-        path = os.path.join(tmp, key + ".bin")
+    for name in names:
+        array = feeds[name]
+        path = os.path.join(tmp, name + ".bin")
         if not os.path.exists(path):
             array.tofile(path)
         kind = "int32" if array.dtype == np.int32 else "float32"
@@ -243,11 +235,11 @@ def bench_step(T: int, B: int, E: int, H: int, threads: int, quick: bool, ort_di
     shape = f"cached={T} B={B} E={E} H={H}"
     times, left_out, errors, version, options = {}, {}, {}, None, None
     with tempfile.TemporaryDirectory(prefix="ort_decode_") as tmp:
-        for name, build, inputs, binds, optional in GRAPHS:
+        for name, build, names, optional in GRAPHS:
             label = f"{shape} {name}"
             model = build(H, p)
             try:
-                got = run_step(model, feeds, inputs, binds, tmp, threads, ort_dir)
+                got = run_step(model, feeds, names, tmp, threads, ort_dir)
             except RuntimeError as error:
                 if not optional:
                     raise
@@ -259,7 +251,7 @@ def bench_step(T: int, B: int, E: int, H: int, threads: int, quick: bool, ort_di
             if check_only:
                 print(f"{label}: attn_output within {TOLERANCE} of PyTorch's (scaled error {errors[name]:.3g})")
                 continue
-            timing = run_step(model, feeds, inputs, binds, tmp, threads, ort_dir, time_it=True, quick=quick)
+            timing = run_step(model, feeds, names, tmp, threads, ort_dir, time_it=True, quick=quick)
             times[name], version, options = timing["median_ms"], timing["ort_version"], timing["session_options"]
     if check_only:
         return errors
@@ -275,17 +267,20 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--cached", type=int, nargs="*", default=DECODE_CACHED, help="cached positions T")
     parser.add_argument("--batch", type=int, nargs="*", default=[1], help="sequences decoding together, B")
+    parser.add_argument("--steps", nargs="*", metavar="T,B", help="these (T, B) alone, instead of --cached x --batch")
     parser.add_argument("--embed-dim", type=int, default=1024)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--ort-dir", default=ort_mha.ORT_DIR)
     parser.add_argument("--check-only", action="store_true", help="check every graph against PyTorch, time none")
     args = parser.parse_args()
 
+    steps = ([tuple(int(v) for v in step.split(",")) for step in args.steps] if args.steps
+             else [(T, B) for B in args.batch for T in args.cached])
     torch.manual_seed(0)
     try:
         ort_mha.ensure_onnxruntime(args.ort_dir, install=not args.check_only)
         rows = [bench_step(T, B, args.embed_dim, args.heads, args.threads, args.quick, args.ort_dir, args.check_only)
-                for B in args.batch for T in args.cached]
+                for T, B in steps]
     except ort_mha.Unavailable as why:
         print(f"bench/ort_decode.py: ONNX Runtime unavailable: {why}", file=sys.stderr)
         sys.exit(ort_mha.UNAVAILABLE)

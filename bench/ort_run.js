@@ -12,9 +12,6 @@
 // alone; the others are still computed inside ONNX Runtime, in its own memory, but not
 // copied out to JavaScript (a decoder graph's present_key and present_value, which the
 // binding would otherwise copy on every run). Without --fetch, every output is fetched.
-// --bind OUTPUT=INPUT (repeated) has ONNX Runtime write OUTPUT into INPUT's own tensor, a
-// pre-allocated output (a decoder whose past and present key share one buffer, grown in
-// place); nothing is copied out for it.
 // The session is set for speed on the CPU:
 // intraOpNumThreads = N (default 2), interOpNumThreads = 1, sequential execution, graph
 // optimisation level "all" (ORT_ENABLE_ALL, the highest: basic, extended and layout
@@ -45,13 +42,13 @@ const path = require('node:path');
 function usage(message) {
   process.stderr.write(`bench/ort_run.js: ${message}\n` +
     'usage: node bench/ort_run.js MODEL.onnx (--input NAME=FILE --shape D0,D1,... | --feed NAME=TYPE:D0,D1,...:FILE ...) ' +
-    '[--fetch NAME ...] [--bind OUTPUT=INPUT ...] [--threads N] [--save DIR] [--samples K] [--min-sample-ms T] [--config KEY=VALUE ...] ' +
+    '[--fetch NAME ...] [--threads N] [--save DIR] [--samples K] [--min-sample-ms T] [--config KEY=VALUE ...] ' +
     '[--ort-dir DIR]\n');
   process.exit(2);
 }
 
 function parseArgs(argv) {
-  const args = { threads: 2, samples: 7, minSampleMs: 20, config: {}, feeds: [], fetches: [], binds: {},
+  const args = { threads: 2, samples: 7, minSampleMs: 20, config: {}, feeds: [], fetches: [],
                  ortDir: path.join(__dirname, '..', 'build', 'onnxruntime-node') };
   for (let i = 0; i < argv.length; ++i) {
     const flag = argv[i];
@@ -68,11 +65,6 @@ function parseArgs(argv) {
       if (!m) usage('--feed takes NAME=TYPE:D0,D1,...:FILE, TYPE float32 or int32');
       args.feeds.push({ name: m[1], type: m[2], shape: m[3] === '' ? [] : m[3].split(',').map(Number), file: m[4] });
     } else if (flag === '--fetch') args.fetches.push(value());
-    else if (flag === '--bind') {
-      const [output, input] = value().split('=');
-      if (!output || !input) usage('--bind takes OUTPUT=INPUT');
-      args.binds[output] = input;
-    }
     else if (flag === '--shape') args.shape = value().split(',').map(Number);
     else if (flag === '--threads') args.threads = Number(value());
     else if (flag === '--save') args.save = value();
@@ -186,21 +178,12 @@ async function main() {
       throw new Error(`the model's outputs are ${session.outputNames.join(', ')}, not ${name}`);
     }
   }
-  let fetches = args.fetches.length ? args.fetches : undefined;
-  if (Object.keys(args.binds).length) {
-    // The fetched outputs as ONNX Runtime allocates them, the bound ones in their inputs' tensors.
-    if (!fetches) usage('--bind needs --fetch');
-    fetches = Object.fromEntries(fetches.map((name) => [name, null]));
-    for (const [output, input] of Object.entries(args.binds)) {
-      if (!session.outputNames.includes(output) || !feeds[input]) throw new Error(`cannot bind ${output} to ${input}`);
-      fetches[output] = feeds[input];
-    }
-  }
+  const fetches = args.fetches.length ? args.fetches : undefined;
 
   if (args.save) {
     const results = await session.run(feeds, fetches);
     const outputs = {};
-    for (const name of args.fetches.length ? args.fetches : session.outputNames) {
+    for (const name of fetches ?? session.outputNames) {
       const t = results[name];
       if (t.type !== 'float32') throw new Error(`output ${name} is ${t.type}, expected float32`);
       fs.writeFileSync(path.join(args.save, `${name}.f32`), Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength));
@@ -214,8 +197,7 @@ async function main() {
           enableMemPattern } = options;
   process.stdout.write(JSON.stringify({ median_ms: median, sample_ms: times, runs_per_sample: inner,
                                         threads: args.threads, ort_version: ort.env.versions.node,
-                                        fetched: args.fetches.length ? args.fetches : session.outputNames,
-                                        bound: args.binds,
+                                        fetched: fetches ?? session.outputNames,
                                         session_options: { intraOpNumThreads, interOpNumThreads, executionMode,
                                                            graphOptimizationLevel, enableCpuMemArena,
                                                            enableMemPattern, config } }) + '\n');
