@@ -11,7 +11,10 @@
 // with need_weights true and false, the backward (bench_backward) and a training step,
 // forward and backward (bench_train_step). Then decoding:
 // one token's step with a KV cache of 128, 1024 and 8192 positions, and the same step
-// without one (bench_decode_step, bench_decode_no_cache).
+// without one (bench_decode_step, bench_decode_no_cache). And the machine's read bandwidth,
+// memory_read/bytes=B: a buffer of B bytes read repeatedly by the library's thread count
+// (bench_memory_read), at the working set of each decoding step (its 4*E*E weights and its
+// 2*t*E cache, float32), at 16 MiB (the four weights alone) and at 256 MiB (from memory).
 // Its gflops counter counts the multiply-adds of multi-head attention:
 //   in-projection 2*L*N*E*3E + q.k^T 2*N*L*S*E + P.v 2*N*L*S*E + out_proj 2*L*N*E*E
 //   = 8*L*N*E^2 + 4*N*L*S*E.
@@ -26,8 +29,12 @@
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 #include "third_party.hpp"
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <benchmark/benchmark.h>
 #include <chrono>
+#include <thread>
 #include <sys/resource.h>
 #if MHA_ONEDNN
 #include <dnnl.h>
@@ -246,6 +253,109 @@ void bench_sgemm(benchmark::State& state, std::size_t n, mha::GemmLibrary librar
   state.counters["threads"] = threads;
 }
 
+// The read bandwidth: a buffer of floats read from start to end, again and again, as a
+// steady loop of decoding steps reads its weights and its cache. The buffer is cut into one
+// contiguous part per thread; the caller reads the first part and each helper thread one
+// other, every helper spinning between reads (as the library's pool does), so that a read
+// pays no thread start. Each part is summed into 32 independent accumulators (lanes the
+// compiler turns into vector registers: the loads, not the additions, are the limit), and
+// the sums are kept so that no read can be left out.
+struct alignas(64) PartSum {  // one thread's sum, on a cache line of its own
+  float value = 0.0f;
+};
+
+float sum_of(const float* part, std::size_t count) {
+  constexpr std::size_t lanes = 32;  // 8 SSE registers, 4 AVX or 2 AVX-512: all stay in registers
+  std::array<float, lanes> acc{};
+  std::size_t i = 0;
+  for (; i + lanes <= count; i += lanes)
+    for (std::size_t j = 0; j < lanes; ++j) acc[j] += part[i + j];
+  for (; i < count; ++i) acc[0] += part[i];
+  float total = 0.0f;
+  for (float a : acc) total += a;
+  return total;
+}
+
+class ReadTeam {
+public:
+  ReadTeam(const std::vector<float>& buffer, int threads)
+      : data_(buffer.data()), count_(buffer.size()), sums_(static_cast<std::size_t>(threads)) {
+    for (int t = 1; t < threads; ++t) helpers_.emplace_back([this, t] { help(t); });
+  }
+  ReadTeam(const ReadTeam&) = delete;
+  ReadTeam& operator=(const ReadTeam&) = delete;
+  ~ReadTeam() {
+    stop_.store(true, std::memory_order_release);
+    for (auto& h : helpers_) h.join();
+  }
+
+  // One read of the whole buffer by every thread; the sum of its values.
+  float read() {
+    done_.store(0, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);  // the helpers start their parts
+    read_part(0);
+    while (done_.load(std::memory_order_acquire) != static_cast<int>(helpers_.size())) {}
+    float total = 0.0f;
+    for (const auto& s : sums_) total += s.value;
+    return total;
+  }
+
+private:
+  void read_part(int t) {
+    const std::size_t parts = sums_.size(), part = (count_ + parts - 1) / parts;
+    const std::size_t begin = std::min(count_, static_cast<std::size_t>(t) * part);
+    const std::size_t end = std::min(count_, begin + part);
+    sums_[static_cast<std::size_t>(t)].value = sum_of(data_ + begin, end - begin);
+  }
+
+  void help(int t) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      std::uint64_t now = generation_.load(std::memory_order_acquire);
+      while (now == seen) {
+        if (stop_.load(std::memory_order_acquire)) return;
+        now = generation_.load(std::memory_order_acquire);
+      }
+      seen = now;
+      read_part(t);
+      done_.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+
+  const float* data_;
+  std::size_t count_;
+  std::vector<PartSum> sums_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> done_{0};
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> helpers_;
+};
+
+// memory_read/bytes=B: B bytes (a whole number of floats) read by mha::num_threads()
+// threads, repeatedly; gb_per_s is B / the time of one read, in 1e9 bytes a second. The
+// buffer is written once before the timing (first touch of fresh pages is not a read).
+void bench_memory_read(benchmark::State& state, std::size_t bytes) {
+  const std::vector<float> buffer(bytes / sizeof(float), 1.0f);
+  const int threads = mha::num_threads();
+  ReadTeam team(buffer, threads);
+  benchmark::DoNotOptimize(team.read());  // warm-up: the caches hold what fits, as in a steady loop
+  for (auto _ : state) benchmark::DoNotOptimize(team.read());
+  const double read = static_cast<double>(buffer.size() * sizeof(float));
+  state.counters["bytes"] = read;
+  state.counters["gb_per_s"] = benchmark::Counter(read * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = threads;
+}
+
+// The bytes one decoding step reads: the four (E, E) float32 weights (W_q, W_k, W_v,
+// out_proj) and the cache's keys and values, 2 * t * E floats for each of its N sequences
+// (N = 1 for a shape that does not say).
+template <class DecodeRow>
+std::size_t decode_step_bytes(const DecodeRow& s) {
+  std::size_t N = 1;
+  if constexpr (requires { s.N; }) N = s.N;
+  return sizeof(float) * (4 * s.E * s.E + 2 * s.cached * s.E * N);
+}
+
 // One forward without weights at L = S = 8192 in this process, then its peak RSS.
 int run_memory() {
   const Shape s{8192, 1, 512, 8};
@@ -371,6 +481,16 @@ int main(int argc, char** argv) {
     if (mha::onednn_version())
       benchmark::RegisterBenchmark(fmt::format("sgemm_peak_onednn/n={}", n).c_str(), bench_sgemm, n,
                                    mha::GemmLibrary::onednn)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    // The read bandwidth at each decoding step's working set, at the weights alone, and from memory.
+    std::vector<std::size_t> read_sizes;
+    for (const auto& s : tiny ? tiny_decode_shapes : decode_shapes) read_sizes.push_back(decode_step_bytes(s));
+    if (!tiny) read_sizes.insert(read_sizes.end(), {std::size_t{16} << 20, std::size_t{256} << 20});
+    std::sort(read_sizes.begin(), read_sizes.end());  // each size once
+    read_sizes.erase(std::unique(read_sizes.begin(), read_sizes.end()), read_sizes.end());
+    for (const std::size_t bytes : read_sizes)
+      benchmark::RegisterBenchmark(fmt::format("memory_read/bytes={}", bytes).c_str(), bench_memory_read, bytes)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     benchmark::RunSpecifiedBenchmarks();

@@ -3,9 +3,16 @@
 //
 //   node bench/ort_run.js MODEL.onnx --input NAME=FILE --shape D0,D1,... [--threads N]
 //        [--save DIR] [--samples K] [--min-sample-ms T] [--config KEY=VALUE ...] [--ort-dir DIR]
+//   node bench/ort_run.js MODEL.onnx --feed NAME=TYPE:D0,D1,...:FILE ... [--fetch NAME ...] [...]
 //
 // The model's one float32 input NAME is read from FILE (raw little-endian float32, as
-// numpy's tofile writes it) with the given shape. The session is set for speed on the CPU:
+// numpy's tofile writes it) with the given shape. A model with several inputs takes one
+// --feed for each: TYPE float32 or int32, the dimensions (none for a scalar: NAME=int32::FILE),
+// the raw little-endian file. --fetch NAME (repeated) asks the session for those outputs
+// alone; the others are still computed inside ONNX Runtime, in its own memory, but not
+// copied out to JavaScript (a decoder graph's present_key and present_value, which the
+// binding would otherwise copy on every run). Without --fetch, every output is fetched.
+// The session is set for speed on the CPU:
 // intraOpNumThreads = N (default 2), interOpNumThreads = 1, sequential execution, graph
 // optimisation level "all" (ORT_ENABLE_ALL, the highest: basic, extended and layout
 // rewrites, the contrib fusions included), the CPU memory arena and memory patterns on
@@ -34,13 +41,14 @@ const path = require('node:path');
 
 function usage(message) {
   process.stderr.write(`bench/ort_run.js: ${message}\n` +
-    'usage: node bench/ort_run.js MODEL.onnx --input NAME=FILE --shape D0,D1,... [--threads N] ' +
-    '[--save DIR] [--samples K] [--min-sample-ms T] [--config KEY=VALUE ...] [--ort-dir DIR]\n');
+    'usage: node bench/ort_run.js MODEL.onnx (--input NAME=FILE --shape D0,D1,... | --feed NAME=TYPE:D0,D1,...:FILE ...) ' +
+    '[--fetch NAME ...] [--threads N] [--save DIR] [--samples K] [--min-sample-ms T] [--config KEY=VALUE ...] ' +
+    '[--ort-dir DIR]\n');
   process.exit(2);
 }
 
 function parseArgs(argv) {
-  const args = { threads: 2, samples: 7, minSampleMs: 20, config: {},
+  const args = { threads: 2, samples: 7, minSampleMs: 20, config: {}, feeds: [], fetches: [],
                  ortDir: path.join(__dirname, '..', 'build', 'onnxruntime-node') };
   for (let i = 0; i < argv.length; ++i) {
     const flag = argv[i];
@@ -52,7 +60,12 @@ function parseArgs(argv) {
       const [name, file] = value().split(/=(.*)/s);
       if (!file) usage('--input takes NAME=FILE');
       args.inputName = name, args.inputFile = file;
-    } else if (flag === '--shape') args.shape = value().split(',').map(Number);
+    } else if (flag === '--feed') {
+      const m = /^([^=]+)=(float32|int32):([0-9,]*):(.+)$/s.exec(value());
+      if (!m) usage('--feed takes NAME=TYPE:D0,D1,...:FILE, TYPE float32 or int32');
+      args.feeds.push({ name: m[1], type: m[2], shape: m[3] === '' ? [] : m[3].split(',').map(Number), file: m[4] });
+    } else if (flag === '--fetch') args.fetches.push(value());
+    else if (flag === '--shape') args.shape = value().split(',').map(Number);
     else if (flag === '--threads') args.threads = Number(value());
     else if (flag === '--save') args.save = value();
     else if (flag === '--samples') args.samples = Number(value());
@@ -67,31 +80,39 @@ function parseArgs(argv) {
     else if (args.model === undefined) args.model = flag;
     else usage(`unexpected argument ${flag}`);
   }
-  if (!args.model || !args.inputName || !args.shape) usage('MODEL, --input and --shape are required');
-  if (args.shape.some((d) => !Number.isInteger(d) || d <= 0)) usage(`bad --shape ${args.shape}`);
+  if (args.inputName !== undefined || args.shape !== undefined) {
+    if (!args.inputName || !args.shape) usage('--input and --shape go together');
+    args.feeds.push({ name: args.inputName, type: 'float32', shape: args.shape, file: args.inputFile });
+  }
+  if (!args.model || args.feeds.length === 0) usage('MODEL and --input/--shape or --feed are required');
+  for (const f of args.feeds) {
+    if (f.shape.some((d) => !Number.isInteger(d) || d <= 0)) usage(`bad shape [${f.shape}] of ${f.name}`);
+  }
   if (!(args.threads >= 1 && args.samples >= 1 && args.minSampleMs > 0)) usage('bad --threads, --samples or --min-sample-ms');
   return args;
 }
 
-function readFloat32(file, shape) {
+function readTensorData(file, type, shape) {
   const bytes = fs.readFileSync(file);
   const count = shape.reduce((a, b) => a * b, 1);
   if (bytes.length !== 4 * count) {
-    throw new Error(`${file}: ${bytes.length} bytes, expected ${4 * count} for shape [${shape}] in float32`);
+    throw new Error(`${file}: ${bytes.length} bytes, expected ${4 * count} for shape [${shape}] in ${type}`);
   }
-  // A copy into a buffer of its own, so that the Float32Array is 4-byte aligned.
-  return new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length));
+  // A copy into a buffer of its own, so that the typed array is 4-byte aligned.
+  const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length);
+  return type === 'int32' ? new Int32Array(buffer) : new Float32Array(buffer);
 }
 
 const now = () => Number(process.hrtime.bigint()) / 1e6;  // milliseconds
 
-async function timeRuns(session, feeds, samples, minSampleMs) {
+// session.run with the feeds, asking for `fetches` alone (every output when undefined).
+async function timeRuns(session, feeds, fetches, samples, minSampleMs) {
   const warmupStart = now();  // warm-up, at least 0.1 s: allocations, thread pool, caches
-  do await session.run(feeds); while (now() - warmupStart < 100);
+  do await session.run(feeds, fetches); while (now() - warmupStart < 100);
   let inner = 1, elapsed;
   for (;;) {
     const start = now();
-    for (let i = 0; i < inner; ++i) await session.run(feeds);
+    for (let i = 0; i < inner; ++i) await session.run(feeds, fetches);
     elapsed = now() - start;
     if (elapsed >= minSampleMs) break;
     inner *= 2;
@@ -99,7 +120,7 @@ async function timeRuns(session, feeds, samples, minSampleMs) {
   const times = [elapsed / inner];
   for (let s = 1; s < samples; ++s) {
     const start = now();
-    for (let i = 0; i < inner; ++i) await session.run(feeds);
+    for (let i = 0; i < inner; ++i) await session.run(feeds, fetches);
     times.push((now() - start) / inner);
   }
   times.sort((a, b) => a - b);
@@ -145,15 +166,24 @@ async function main() {
   }
   const { options, config } = sessionOptions(args);
   const session = await ort.InferenceSession.create(args.model, options);
-  if (!session.inputNames.includes(args.inputName)) {
-    throw new Error(`the model's inputs are ${session.inputNames.join(', ')}, not ${args.inputName}`);
+  const feeds = {};
+  for (const f of args.feeds) {
+    if (!session.inputNames.includes(f.name)) {
+      throw new Error(`the model's inputs are ${session.inputNames.join(', ')}, not ${f.name}`);
+    }
+    feeds[f.name] = new ort.Tensor(f.type, readTensorData(f.file, f.type, f.shape), f.shape);
   }
-  const feeds = { [args.inputName]: new ort.Tensor('float32', readFloat32(args.inputFile, args.shape), args.shape) };
+  for (const name of args.fetches) {
+    if (!session.outputNames.includes(name)) {
+      throw new Error(`the model's outputs are ${session.outputNames.join(', ')}, not ${name}`);
+    }
+  }
+  const fetches = args.fetches.length ? args.fetches : undefined;
 
   if (args.save) {
-    const results = await session.run(feeds);
+    const results = await session.run(feeds, fetches);
     const outputs = {};
-    for (const name of session.outputNames) {
+    for (const name of fetches ?? session.outputNames) {
       const t = results[name];
       if (t.type !== 'float32') throw new Error(`output ${name} is ${t.type}, expected float32`);
       fs.writeFileSync(path.join(args.save, `${name}.f32`), Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength));
@@ -162,11 +192,12 @@ async function main() {
     process.stdout.write(JSON.stringify({ outputs, ort_version: ort.env.versions.node }) + '\n');
     return;
   }
-  const { median, times, inner } = await timeRuns(session, feeds, args.samples, args.minSampleMs);
+  const { median, times, inner } = await timeRuns(session, feeds, fetches, args.samples, args.minSampleMs);
   const { intraOpNumThreads, interOpNumThreads, executionMode, graphOptimizationLevel, enableCpuMemArena,
           enableMemPattern } = options;
   process.stdout.write(JSON.stringify({ median_ms: median, sample_ms: times, runs_per_sample: inner,
                                         threads: args.threads, ort_version: ort.env.versions.node,
+                                        fetched: fetches ?? session.outputNames,
                                         session_options: { intraOpNumThreads, interOpNumThreads, executionMode,
                                                            graphOptimizationLevel, enableCpuMemArena,
                                                            enableMemPattern, config } }) + '\n');
