@@ -1,4 +1,4 @@
-// mha-checkpoint-bench: listing the attention layers of a 1 GiB checkpoint, and loading one.
+// bench/checkpoint_bench.cpp — mha-checkpoint-bench: listing the attention layers of a 1 GiB checkpoint, and loading one.
 //
 //   mha-checkpoint-bench [--size-mb 1024] [--layers 12] [--embed-dim 1024] [--runs 11] [--dir DIR]
 //

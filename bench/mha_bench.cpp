@@ -1,4 +1,4 @@
-// mha-bench: the forward and backward passes of mha::MultiheadAttention<float> timed with
+// bench/mha_bench.cpp — mha-bench: the forward and backward passes of mha::MultiheadAttention<float> timed with
 // Google Benchmark, next to the machine's sgemm peaks (OpenBLAS's, oneDNN's), measured in the same run.
 //
 //   mha-bench [--shapes=all|tiny] [--threads=N] [--path=automatic|reference|fast|memory_efficient]

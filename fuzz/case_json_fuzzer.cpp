@@ -1,4 +1,4 @@
-// case_json_fuzzer: libFuzzer target for the golden case.json reader
+// fuzz/case_json_fuzzer.cpp — libFuzzer target for the golden case.json reader
 // (mha::parse_case_info), and for the option checks of the module it describes.
 //
 // Any byte string is a possible case.json. The reader must either return a CaseInfo or

@@ -1,4 +1,4 @@
-// npy_fuzzer: libFuzzer target for the .npy reader (mha::parse_npy, mha::to_xarray).
+// fuzz/npy_fuzzer.cpp — libFuzzer target for the .npy reader (mha::parse_npy, mha::to_xarray).
 //
 // Any byte string is a possible .npy file. The reader must either return an array whose
 // bytes match its shape and dtype exactly, or throw mha::Error. Anything else (another

@@ -1,4 +1,4 @@
-// safetensors_fuzzer: libFuzzer target for the .safetensors reader
+// fuzz/safetensors_fuzzer.cpp — libFuzzer target for the .safetensors reader
 // (mha::read_safetensors, mha::read_tensor, mha::to_xarray, mha::tensor).
 //
 // Any byte string is a possible .safetensors file. The reader must either return entries

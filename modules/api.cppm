@@ -17,6 +17,11 @@ import :platform;
 import :textbook;
 import :engine;
 
+// check(), mha.core's helper, called unqualified by the files below.
+namespace mha {
+using detail::check;
+}  // namespace mha
+
 #include "api/attention_paths.hpp"
 #include "api/pytorch_paths.hpp"
 #include "api/functional.hpp"

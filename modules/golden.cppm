@@ -15,7 +15,13 @@ module;
 export module mha.golden;
 
 import mha;
+import mha.core;
 import mha.io;
+
+// check(), mha.core's helper, called unqualified by the files below.
+namespace mha {
+using detail::check;
+}  // namespace mha
 
 #include "golden/case_json.hpp"
 #include "golden/cases.hpp"

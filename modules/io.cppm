@@ -24,6 +24,12 @@ module;
 export module mha.io;
 
 import mha;
+import mha.core;
+
+// check(), mha.core's helper, called unqualified by the files below.
+namespace mha {
+using detail::check;
+}  // namespace mha
 
 #include "io/dtypes.hpp"
 #include "io/file_bytes.hpp"

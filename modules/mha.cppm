@@ -15,8 +15,10 @@
 //
 // Four layers, one module partition each, each including its files in reading order
 // (docs/building.md has the figures of why):
-//   mha.core      (core.cppm) mha::Error, the one exception type, and its checks; a module of
-//                 its own, re-exported here
+//   mha.error     (error.cppm) mha::Error, the one exception type, and shape_string; a module
+//                 of its own, re-exported here
+//   mha.core      (core.cppm) mha.error and check(), the helper that throws it; a module of its
+//                 own, which every layer imports and mha does not re-export
 //   mha:textbook  (textbook.cppm, textbook/) the readable reference; imports mha.core alone
 //     random.hpp              a seedable generator for initialisation and dropout
 //     masks.hpp               bool and float masks, causal masks, padding, merging (step 2)
@@ -56,7 +58,7 @@
 // copied outside the module.
 export module mha;
 
-export import mha.core;
+export import mha.error;
 export import :platform;
 export import :textbook;
 // The engine exports no name; it is re-exported because every interface partition must be,

@@ -18,6 +18,11 @@ export module mha:platform;
 
 import mha.core;
 
+// check(), mha.core's helper, called unqualified by the files below.
+namespace mha {
+using detail::check;
+}  // namespace mha
+
 #include "platform/cpu.hpp"
 #include "platform/threads.hpp"
 #include "platform/workspace.hpp"

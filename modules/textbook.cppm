@@ -19,6 +19,11 @@ export module mha:textbook;
 
 import mha.core;
 
+// check(), mha.core's helper, called unqualified by the files below.
+namespace mha {
+using detail::check;
+}  // namespace mha
+
 #include "textbook/random.hpp"
 #include "textbook/versions.hpp"
 #include "textbook/masks.hpp"

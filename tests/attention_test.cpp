@@ -1,4 +1,4 @@
-// textbook/attention.hpp — heads, the scale, softmax, dropout and scaled dot-product attention.
+// tests/attention_test.cpp — textbook/attention.hpp: heads, the scale, softmax, dropout and scaled dot-product attention.
 #include "support.hpp"
 
 using Catch::Matchers::ContainsSubstring;

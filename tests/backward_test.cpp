@@ -1,4 +1,4 @@
-// The backward pass (MultiheadAttention::backward, textbook/reference_backward.hpp, textbook/gradients.hpp):
+// tests/backward_test.cpp — the backward pass (MultiheadAttention::backward, textbook/reference_backward.hpp, textbook/gradients.hpp):
 // what its gradients mean, shown on PyTorch's golden cases, and the errors it raises.
 //
 // The golden cases prove the numbers (golden_test); these tests demonstrate what a user

@@ -1,4 +1,4 @@
-// The OpenBLAS kernel: the best this CPU runs, chosen by its features and not by a table
+// tests/blas_test.cpp — the OpenBLAS kernel: the best this CPU runs, chosen by its features and not by a table
 // of CPU models; the user's OPENBLAS_CORETYPE obeyed; and the results PyTorch's with any
 // kernel. CTest runs this file twice: as it is, and with OPENBLAS_CORETYPE=Prescott (the
 // "[forced]" test, hidden otherwise), the generic kernel a CPU newer than OpenBLAS 0.3.21 gets.
@@ -10,20 +10,20 @@ using mha::SimdLevel;
 
 TEST_CASE("better_blas_kernel: a CPU newer than OpenBLAS's table gets the kernel its features run") {
   // An AVX-512 Xeon that OpenBLAS 0.3.21 does not know (family 6, model 207) gets Prescott.
-  REQUIRE(mha::better_blas_kernel("Prescott", SimdLevel::avx512, /*user_chose=*/false) == "SkylakeX");
+  REQUIRE(mha::testing::better_blas_kernel("Prescott", SimdLevel::avx512, /*user_chose=*/false) == "SkylakeX");
   // An AVX2 CPU on the generic kernel, and an AVX-512 one (Zen 4) on the AVX2 kernel.
-  REQUIRE(mha::better_blas_kernel("Prescott", SimdLevel::avx2, false) == "Haswell");
-  REQUIRE(mha::better_blas_kernel("Zen", SimdLevel::avx512, false) == "SkylakeX");
-  REQUIRE(mha::better_blas_kernel("Nehalem", SimdLevel::avx, false) == "Sandybridge");
+  REQUIRE(mha::testing::better_blas_kernel("Prescott", SimdLevel::avx2, false) == "Haswell");
+  REQUIRE(mha::testing::better_blas_kernel("Zen", SimdLevel::avx512, false) == "SkylakeX");
+  REQUIRE(mha::testing::better_blas_kernel("Nehalem", SimdLevel::avx, false) == "Sandybridge");
 }
 
 TEST_CASE("better_blas_kernel keeps a kernel that already fits, the user's choice, and names it does not know") {
-  REQUIRE_FALSE(mha::better_blas_kernel("Haswell", SimdLevel::avx2, false).has_value());
-  REQUIRE_FALSE(mha::better_blas_kernel("Zen", SimdLevel::avx2, false).has_value());
-  REQUIRE_FALSE(mha::better_blas_kernel("SkylakeX", SimdLevel::avx512, false).has_value());
-  REQUIRE_FALSE(mha::better_blas_kernel("Prescott", SimdLevel::sse2, false).has_value());
-  REQUIRE_FALSE(mha::better_blas_kernel("Prescott", SimdLevel::avx512, /*user_chose=*/true).has_value());
-  REQUIRE_FALSE(mha::better_blas_kernel("SomeFutureCore", SimdLevel::avx512, false).has_value());
+  REQUIRE_FALSE(mha::testing::better_blas_kernel("Haswell", SimdLevel::avx2, false).has_value());
+  REQUIRE_FALSE(mha::testing::better_blas_kernel("Zen", SimdLevel::avx2, false).has_value());
+  REQUIRE_FALSE(mha::testing::better_blas_kernel("SkylakeX", SimdLevel::avx512, false).has_value());
+  REQUIRE_FALSE(mha::testing::better_blas_kernel("Prescott", SimdLevel::sse2, false).has_value());
+  REQUIRE_FALSE(mha::testing::better_blas_kernel("Prescott", SimdLevel::avx512, /*user_chose=*/true).has_value());
+  REQUIRE_FALSE(mha::testing::better_blas_kernel("SomeFutureCore", SimdLevel::avx512, false).has_value());
 }
 
 TEST_CASE("the kernel in use runs this CPU's best SIMD level, unless OPENBLAS_CORETYPE chose it") {
@@ -34,7 +34,7 @@ TEST_CASE("the kernel in use runs this CPU's best SIMD level, unless OPENBLAS_CO
     REQUIRE(kernel.chosen_by == "OPENBLAS_CORETYPE");
     return;
   }
-  const auto level = mha::blas_kernel_simd_level(kernel.name);
+  const auto level = mha::testing::blas_kernel_simd_level(kernel.name);
   REQUIRE(level.has_value());
   REQUIRE(*level == mha::cpu_simd_level());
 }
@@ -70,7 +70,7 @@ TEST_CASE("OPENBLAS_CORETYPE is obeyed, and switching kernels keeps PyTorch's re
   };
   const auto on_forced = run();
 
-  const std::string best = mha::blas_kernel_for(mha::cpu_simd_level());
+  const std::string best = mha::testing::blas_kernel_for(mha::cpu_simd_level());
   mha::use_blas_kernel(best);
   REQUIRE(mha::blas_kernel().name == best);
   REQUIRE(std::string(std::getenv("OPENBLAS_CORETYPE")) == forced);  // the user's variable, untouched

@@ -1,4 +1,4 @@
-// Catch2 v2 (Debian 12) or v3 (Debian 13), for one test source written in v3's names.
+// tests/catch2.hpp — Catch2 v2 (Debian 12) or v3 (Debian 13), for one test source written in v3's names.
 //
 // tests/CMakeLists.txt finds either version and defines MHA_CATCH2_MAJOR, 2 or 3. Version
 // 3 split the one header of v2 into one per feature, and renamed two things the tests use;

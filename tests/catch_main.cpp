@@ -1,4 +1,4 @@
-// The one main() of the Catch2 test executables, in Catch2 v2 and v3. Like the tools,
+// tests/catch_main.cpp — the one main() of the Catch2 test executables, in Catch2 v2 and v3. Like the tools,
 // tutorials and benchmarks, it has OpenBLAS run its best kernel for this CPU first
 // (mha::use_best_blas_kernel: the library itself switches nothing when it is imported;
 // tests/host_program checks that).

@@ -1,4 +1,4 @@
-// Checkpoints read by offset: headers first, each tensor from its offset when asked for.
+// tests/checkpoint_test.cpp — checkpoints read by offset: headers first, each tensor from its offset when asked for.
 //
 // The expected layers and outputs come from golden/: the shipped nn.TransformerEncoder
 // (golden/weights/transformer_encoder: d_model 8, nhead 2, 2 layers, model.json) and a

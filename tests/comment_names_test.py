@@ -8,13 +8,16 @@ send them somewhere real. This test reads every comment in the C++ and CMake sou
     engine, api);
   - a path (modules/..., tests/..., docs/...) that is not a file or folder of the tree;
   - a C++ file name (name.hpp, name.cpp, name.cppm) that no file of the tree has;
-and on a file of one of modules/' folders, or a module unit (modules/*.cppm), whose first
-line is not `// <its path>`, what it is following. (modules/third_party*.hpp, the headers of
-every unit's global module fragment, are not module code.)
+and on a C++ file whose first line is not `// <its path> — <what it is>` (or `// <its path>
+(internal) — ...`): every file of
+modules/' folders and every module unit (modules/*.cppm), and every C++ file of tests/,
+tutorials/, tools/, bench/, fuzz/ and labs/. (modules/third_party*.hpp, the headers of every
+unit's global module fragment, are not module code.)
 
   comment_names_test.py SOURCE_DIR            the check
   comment_names_test.py SOURCE_DIR --plant    the same with a comment naming a partition
-                                              that does not exist: must report it (ctest checks)
+                                              that does not exist and a test file without
+                                              its path on line 1: must report both (ctest checks)
 """
 import re
 import subprocess
@@ -54,17 +57,19 @@ def main():
     if not tracked:  # not a git checkout: every file under the root
         tracked = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "build" not in p.parts]
     basenames = {Path(f).name for f in tracked}
+    programs = ("tests/", "tutorials/", "tools/", "bench/", "fuzz/", "labs/")
     sources = [f for f in tracked
-               if f.startswith(("modules/", "tests/", "tutorials/", "tools/", "bench/", "fuzz/"))
-               and f.endswith((".hpp", ".cpp", ".cppm"))]
+               if f.startswith(("modules/",) + programs) and f.endswith((".hpp", ".cpp", ".cppm"))]
     problems = []
     for f in sources:
         text = (root / f).read_text(errors="replace")
         if plant and f == "modules/mha.cppm":
             text += "\n// the heads are split in :split_heads_partition\n"
-        module_code = f.startswith("modules/") and (f.count("/") == 2 or f.endswith(".cppm"))
-        if module_code and not text.startswith(f"// {f} "):
-            problems.append(f"{f}:1: does not open with its path (// {f} ...)")
+        if plant and f == "tests/error_test.cpp":
+            text = text.split("\n", 1)[-1]  # its first line, the path, gone
+        headed = f.startswith(programs) or (f.startswith("modules/") and (f.count("/") == 2 or f.endswith(".cppm")))
+        if headed and not re.match(rf"// {re.escape(f)}( \(internal\))? — ", text):
+            problems.append(f"{f}:1: does not open with its path (// {f} — ...)")
         for number, comment in comments(text):
             for m in PARTITION.finditer(comment):
                 if m.group(1) not in PARTITIONS:

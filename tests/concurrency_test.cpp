@@ -1,4 +1,4 @@
-// Many threads, one module: forward() from several threads at once gives, bit for bit,
+// tests/concurrency_test.cpp — many threads, one module: forward() from several threads at once gives, bit for bit,
 // what one call at a time gives, on every path, with the weights and without; so does
 // backward() of one record. PyTorch's
 // users share one eval-mode module between inference threads; so can this library's.

@@ -1,4 +1,4 @@
-// api/functional.hpp and api/kv_cache.hpp beyond the goldens: decoding one token at a time equals the
+// tests/decoding_test.cpp — api/functional.hpp and api/kv_cache.hpp beyond the goldens: decoding one token at a time equals the
 // causal forward, the functional form equals the module, and the rejections name the
 // argument. The functional form's own golden cases (format 3) are in golden_test.
 #include "support.hpp"

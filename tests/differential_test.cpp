@@ -1,4 +1,4 @@
-// The randomised differential suite: every way of computing the same forward agrees.
+// tests/differential_test.cpp — the randomised differential suite: every way of computing the same forward agrees.
 //
 // Each trial draws a random module and call from one seed: every construction option
 // (embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim,

@@ -1,4 +1,4 @@
-// mha:engine and the internal files behind it (engine/fast_attention.hpp, engine/flash_attention.hpp,
+// tests/engine_test.cpp — mha:engine and the internal files behind it (engine/fast_attention.hpp, engine/flash_attention.hpp,
 // engine/softmax_kernels.hpp, engine/attention_problem.hpp, platform/linear.hpp), held to the reference path.
 //
 // On random float64 inputs covering every option, fast and memory_efficient must equal the

@@ -1,4 +1,4 @@
-// textbook/extra_keys.hpp — add_bias_kv: bias_k appended as one more key of every batch entry.
+// tests/extra_keys_test.cpp — textbook/extra_keys.hpp: add_bias_kv: bias_k appended as one more key of every batch entry.
 #include "support.hpp"
 
 using Catch::Matchers::ContainsSubstring;

@@ -1,4 +1,4 @@
-// Which library multiplies the float matrices (platform/gemm_library.hpp): oneDNN for the large ones
+// tests/gemm_library_test.cpp — which library multiplies the float matrices (platform/gemm_library.hpp): oneDNN for the large ones
 // where the build has it, OpenBLAS for the rest; the same forward and backward either way,
 // both held to float64; and the caller's OpenMP setting left as it was found.
 #include "support.hpp"
@@ -24,12 +24,12 @@ TEST_CASE("float GEMMs run on oneDNN where the build has it, and only past its t
   const GemmLibrary built = mha::onednn_version() ? GemmLibrary::onednn : GemmLibrary::openblas;
   REQUIRE(mha::gemm_library() == built);
   // 64 x 64 x 64 = 262144 multiply-adds, the threshold itself; one row fewer is below it.
-  REQUIRE(mha::gemm_library_for(64, 64, 64) == built);
-  REQUIRE(mha::gemm_library_for(63, 64, 64) == GemmLibrary::openblas);
-  REQUIRE(mha::gemm_library_for(16, 16, 16) == GemmLibrary::openblas);
+  REQUIRE(mha::testing::gemm_library_for(64, 64, 64) == built);
+  REQUIRE(mha::testing::gemm_library_for(63, 64, 64) == GemmLibrary::openblas);
+  REQUIRE(mha::testing::gemm_library_for(16, 16, 16) == GemmLibrary::openblas);
 
   mha::use_gemm_library(GemmLibrary::openblas);
-  REQUIRE(mha::gemm_library_for(1024, 1024, 1024) == GemmLibrary::openblas);
+  REQUIRE(mha::testing::gemm_library_for(1024, 1024, 1024) == GemmLibrary::openblas);
   mha::use_gemm_library(built);
   REQUIRE(mha::gemm_library() == built);
 }
@@ -176,7 +176,7 @@ TEST_CASE("the float projections on oneDNN follow every change of the weights, a
 // holds it to one thread for each call. Whatever the caller had set stays set.
 TEST_CASE("a forward on oneDNN leaves the caller's OpenMP thread count as it was") {
   mha::set_num_threads(1);  // the GEMMs run on this thread, where the setting lives
-  REQUIRE(mha::gemm_library_for(L * N, 3 * E, E) == GemmLibrary::onednn);
+  REQUIRE(mha::testing::gemm_library_for(L * N, 3 * E, E) == GemmLibrary::onednn);
   const int before = omp_get_max_threads();
   omp_set_num_threads(3);
   mha::Options o;

@@ -1,4 +1,4 @@
-// The switch between PyTorch 1.13 and PyTorch 2.x, proved by the golden cases each made.
+// tests/generations_test.cpp — the switch between PyTorch 1.13 and PyTorch 2.x, proved by the golden cases each made.
 //
 // For each difference of docs/15-versions.md, one test: the case PyTorch 2.6 made
 // (golden/pytorch-2.6/cases) passes under the 2.x setting and fails under the 1.13 one;
@@ -51,7 +51,8 @@ void require_generations_agree(const std::string& name) {
   for (const auto& folder : {mha_test::golden_cases(), mha_test::golden_cases_2_6()})
     for (const auto version : {PyTorchVersion::v1_13, PyTorchVersion::v2}) {
       const auto result = check_as(folder, name, version);
-      INFO(folder.parent_path().filename().string() << " under " << mha::version_name(version) << ": " << result.line);
+      INFO(folder.parent_path().filename().string()
+           << " under " << (version == PyTorchVersion::v1_13 ? "1.13" : "2.x") << ": " << result.line);
       CHECK(result.passed);
     }
 }

@@ -1,4 +1,4 @@
-// The golden-case harness of mha.golden (modules/golden/): case.json read strictly, a malformed case a FAIL.
+// tests/golden_harness_test.cpp — the golden-case harness of mha.golden (modules/golden/): case.json read strictly, a malformed case a FAIL.
 #include "support.hpp"
 
 #include <fstream>

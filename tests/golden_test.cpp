@@ -1,4 +1,4 @@
-// textbook/reference_forward.hpp and every other path, against the golden cases PyTorch generated.
+// tests/golden_test.cpp — textbook/reference_forward.hpp and every other path, against the golden cases PyTorch generated.
 //
 // Each case is checked here once, through every attention path (reference, fast,
 // memory_efficient, automatic) and every variant: a case with in_proj_weight runs packed

@@ -1,4 +1,4 @@
-// The packed in_proj_weight: which rows are Q, K and V, demonstrated against PyTorch.
+// tests/in_projection_test.cpp — the packed in_proj_weight: which rows are Q, K and V, demonstrated against PyTorch.
 //
 // PyTorch's golden q, k, v are its own internal in-projection (_in_projection_packed).
 // Taking rows [0,E) as W_q, [E,2E) as W_k and [2E,3E) as W_v reproduces them; each of
@@ -23,7 +23,7 @@ std::string order_name(const Blocks& order) {
 
 // q, k, v computed with row blocks taken in `order`, on the case's seq-first inputs.
 template <class T>
-mha::QKV<T> project_in_order(const mha::Case<T>& c, const Blocks& order) {
+mha::textbook::QKV<T> project_in_order(const mha::Case<T>& c, const Blocks& order) {
   const auto& w = c.parameters.at("in_proj_weight");  // (3E, E)
   const xt::xtensor<T, 2> in_proj_weight = w;
   std::optional<xt::xtensor<T, 1>> in_proj_bias;
@@ -41,7 +41,7 @@ mha::QKV<T> project_in_order(const mha::Case<T>& c, const Blocks& order) {
 }
 
 template <class T>
-bool matches_pytorch(const mha::Case<T>& c, const mha::QKV<T>& qkv) {
+bool matches_pytorch(const mha::Case<T>& c, const mha::textbook::QKV<T>& qkv) {
   const double rtol = c.info.rtol, atol = c.info.atol;
   return !mha_test::differs(qkv.q, c.expected.at("q"), rtol, atol) &&
          !mha_test::differs(qkv.k, c.expected.at("k"), rtol, atol) &&

@@ -1,4 +1,4 @@
-// textbook/inputs.hpp — step 1 of forward (shapes and layouts) and step 10 (the caller's layout, the
+// tests/inputs_test.cpp — textbook/inputs.hpp: step 1 of forward (shapes and layouts) and step 10 (the caller's layout, the
 // weights per head or averaged).
 #include "support.hpp"
 

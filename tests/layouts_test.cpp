@@ -1,4 +1,4 @@
-// Other models' Q/K/V layouts, converted to PyTorch's [Q; K; V] and back.
+// tests/layouts_test.cpp — other models' Q/K/V layouts, converted to PyTorch's [Q; K; V] and back.
 //
 // Each folder of golden/layouts/ holds one real nn.MultiheadAttention's weights under
 // PyTorch's names ("self_attn." prefix) and the same weights permuted by

@@ -1,4 +1,4 @@
-// textbook/masks.hpp — bool and float masks, step 2 of forward (prepare_masks), padding and merging.
+// tests/masks_test.cpp — textbook/masks.hpp: bool and float masks, step 2 of forward (prepare_masks), padding and merging.
 #include "support.hpp"
 
 using Catch::Matchers::ContainsSubstring;

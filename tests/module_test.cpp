@@ -1,4 +1,4 @@
-// api/multihead_attention.hpp, the module's own behaviour beyond the goldens: training mode and
+// tests/module_test.cpp — api/multihead_attention.hpp, the module's own behaviour beyond the goldens: training mode and
 // dropout, the is_causal hint, and the shapes forward returns for every layout.
 #include "support.hpp"
 

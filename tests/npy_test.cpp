@@ -1,4 +1,4 @@
-// io/npy.hpp — reading and writing NumPy .npy files, and what a malformed one gives.
+// tests/npy_test.cpp — io/npy.hpp: reading and writing NumPy .npy files, and what a malformed one gives.
 #include "support.hpp"
 
 #include <fstream>

@@ -1,4 +1,4 @@
-// textbook/options.hpp — the constructor's checks and which path a forward takes.
+// tests/options_test.cpp — textbook/options.hpp: the constructor's checks and which path a forward takes.
 #include "support.hpp"
 
 using Catch::Matchers::ContainsSubstring;

@@ -1,4 +1,4 @@
-// textbook/parameters.hpp — the parameters by state_dict name and shape, and PyTorch's initialisation.
+// tests/parameters_test.cpp — textbook/parameters.hpp: the parameters by state_dict name and shape, and PyTorch's initialisation.
 #include "support.hpp"
 
 using Catch::Matchers::ContainsSubstring;

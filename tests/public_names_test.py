@@ -4,10 +4,12 @@
 README.md names those of namespace mha itself, what a user calls; the test checks that too.
 
 The names that `import mha;` gives are those declared inside the `export namespace` blocks
-of the files that mha's interface units include (modules/core.cppm, modules/platform/,
-modules/textbook/, modules/engine/, modules/api/); the tree is clang-formatted, so a
-declaration inside a block starts at column 0. This test collects them, qualified by their
-namespace, and compares them with the list in docs/public-names.md (every list item that
+of the module units that modules/mha.cppm re-exports: mha.error (modules/error.cppm) and the
+files its four partitions include (modules/platform/, modules/textbook/, modules/engine/,
+modules/api/). mha.core, with the helper check(), is imported by the layers and not
+re-exported; the test fails when mha.cppm re-exports anything else. The tree is
+clang-formatted, so a declaration inside a block starts at column 0. This test collects
+them, qualified by their namespace, and compares them with the list in docs/public-names.md (every list item that
 starts with a `mha::...` name): a name exported but not listed fails, and so does a name
 listed but no longer exported.
 
@@ -55,15 +57,21 @@ def main():
     root = Path(sys.argv[1])
     plant = "--plant" in sys.argv[2:]
     modules = root / "modules"
-    files = [modules / "core.cppm"] + [f for layer in ("platform", "textbook", "engine", "api")
-                                       for f in sorted((modules / layer).glob("*.hpp"))]
+    layers = ("platform", "textbook", "engine", "api")
+    files = [modules / "error.cppm"] + [f for layer in layers for f in sorted((modules / layer).glob("*.hpp"))]
+    problems = []
+    # What mha.cppm re-exports: these files' names and no other module's (not mha.core's check).
+    reexported = re.findall(r"^export\s+import\s+([^;]+);", code_only((modules / "mha.cppm").read_text()), re.M)
+    expected = ["mha.error"] + [f":{layer}" for layer in layers]
+    if sorted(reexported) != sorted(expected):
+        problems.append(f"modules/mha.cppm re-exports {reexported}, expected {expected}")
     exported = set()
     for f in files:
         exported |= exported_names(f)
     if plant:  # a helper exported by mistake
         exported |= exported_names(None, "export namespace mha {\nint planted_helper(int x) { return x; }\n}  // namespace mha\n")
     listed = set(re.findall(r"^\s*[-*] `(mha::[\w:]+)`", (root / "docs" / "public-names.md").read_text(), re.M))
-    problems = [f"exported but not in docs/public-names.md: {n}" for n in sorted(exported - listed)]
+    problems += [f"exported but not in docs/public-names.md: {n}" for n in sorted(exported - listed)]
     problems += [f"in docs/public-names.md but not exported: {n}" for n in sorted(listed - exported)]
     # The README names the user's part, namespace mha itself, in its section on `import mha;`.
     readme = (root / "README.md").read_text()

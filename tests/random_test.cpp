@@ -1,4 +1,4 @@
-// textbook/random.hpp — the seedable generator behind initialisation and dropout.
+// tests/random_test.cpp — textbook/random.hpp: the seedable generator behind initialisation and dropout.
 #include "support.hpp"
 
 TEST_CASE("a generator repeats its draws from the same seed, and only from it", "[random]") {

@@ -1,4 +1,4 @@
-// Shared helpers of the test suite: where the goldens are, a tensor comparison that names
+// tests/support.hpp — shared helpers of the test suite: where the goldens are, a tensor comparison that names
 // the tensor, the first mismatching index and the max error on failure, random tensors,
 // and a small module's sizes for the tests of bad input.
 #pragma once

@@ -1,4 +1,4 @@
-// Trained weights: safetensors reading and writing, .npy folders, one layer by prefix.
+// tests/weights_test.cpp — trained weights: safetensors reading and writing, .npy folders, one layer by prefix.
 //
 // The expected numbers come from golden/weights/, written by golden/generate.py with
 // PyTorch: a real nn.TransformerEncoder's state_dict as safetensors (its layer 0

@@ -1,4 +1,4 @@
-// A second translation unit of textbook_test that makes a weights version, for the test
+// tests/weights_version_elsewhere.cpp — a second translation unit of textbook_test that makes a weights version, for the test
 // in parameters_test.cpp that versions made in different units never repeat.
 #include "support.hpp"
 

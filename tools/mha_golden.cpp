@@ -1,4 +1,4 @@
-// mha-golden: check this library against golden cases that PyTorch generated.
+// tools/mha_golden.cpp — mha-golden: check this library against golden cases that PyTorch generated.
 //
 //   mha-golden check PATH...    case folders, or folders that contain them
 //

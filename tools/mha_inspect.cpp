@@ -1,4 +1,4 @@
-// mha-inspect: find the attention layers in a trained model's weights, split and run one.
+// tools/mha_inspect.cpp — mha-inspect: find the attention layers in a trained model's weights, split and run one.
 //
 //   mha-inspect FILE                          list the nn.MultiheadAttention layers in FILE
 //   mha-inspect FILE --prefix P --split DIR   write W_q, W_k, W_v, b_q, b_k, b_v of one layer

@@ -1,4 +1,4 @@
-// Tutorial 01: the whole forward on numbers small enough to do by hand.
+// tutorials/01_worked_example.cpp — Tutorial 01: the whole forward on numbers small enough to do by hand.
 //
 // E = 4, H = 2 heads of D = 2, L = S = 3 positions, one batch entry, self-attention; every
 // weight and input is a small integer (golden case worked_example_f64, written out in

@@ -1,4 +1,4 @@
-// Tutorial 02: the packed layout of in_proj_weight.
+// tutorials/02_packed_layout.cpp — Tutorial 02: the packed layout of in_proj_weight.
 //
 // nn.MultiheadAttention keeps W_q, W_k and W_v in ONE parameter, in_proj_weight (3E, E):
 // rows [0, E) are W_q, rows [E, 2E) are W_k, rows [2E, 3E) are W_v. This program builds a

@@ -1,4 +1,4 @@
-// Tutorial 03: the projections by hand, and the two mistakes everyone makes once.
+// tutorials/03_projections_by_hand.cpp — Tutorial 03: the projections by hand, and the two mistakes everyone makes once.
 //
 // q = x W_q^T + b_q, k = x W_k^T + b_k, v = x W_v^T + b_v, with W_q, W_k, W_v the row
 // blocks [0, E), [E, 2E), [2E, 3E) of in_proj_weight (tutorial 02). This program writes

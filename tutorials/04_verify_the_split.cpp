@@ -1,4 +1,4 @@
-// Tutorial 04: the right way to verify the split, and the wrong one.
+// tutorials/04_verify_the_split.cpp — Tutorial 04: the right way to verify the split, and the wrong one.
 //
 // A widely shared answer checks a hand-made Q, K, V split against element [1] of
 //   F.multi_head_attention_forward(query, key, value, ...)

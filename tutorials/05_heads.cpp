@@ -1,4 +1,4 @@
-// Tutorial 05: heads, step by step, in PyTorch's exact order.
+// tutorials/05_heads.cpp — Tutorial 05: heads, step by step, in PyTorch's exact order.
 //
 // After the in-projection, q, k and v are (L, N, E). Multi-head attention cuts E into H
 // heads of D = E / H columns each and attends in every head on its own:

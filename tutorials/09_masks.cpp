@@ -1,4 +1,4 @@
-// Tutorial 09: masks — causal, key padding, bool versus float, and the fully masked row.
+// tutorials/09_masks.cpp — Tutorial 09: masks — causal, key padding, bool versus float, and the fully masked row.
 //
 // A mask decides which keys a query may attend to. nn.MultiheadAttention takes
 //   attn_mask         (L, S) or (N*H, L, S)   per query and key,

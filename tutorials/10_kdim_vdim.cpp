@@ -1,4 +1,4 @@
-// Tutorial 10: kdim/vdim, and the separate-projection variant.
+// tutorials/10_kdim_vdim.cpp — Tutorial 10: kdim/vdim, and the separate-projection variant.
 //
 // in_proj_weight (3E, E) stacks W_q, W_k, W_v by rows, so all three must have E columns:
 // the key and the value must have E features. When they do not (kdim or vdim != E), a

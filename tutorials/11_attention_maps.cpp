@@ -1,4 +1,4 @@
-// Tutorial 11: attention maps as pictures.
+// tutorials/11_attention_maps.cpp — Tutorial 11: attention maps as pictures.
 //
 // attn_output_weights (N, H, L, S) with average_attn_weights=False holds, for every batch
 // entry and head, one (L, S) map: row i is how query position i spreads its attention

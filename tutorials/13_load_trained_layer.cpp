@@ -1,4 +1,4 @@
-// Tutorial 13: load a trained layer and split it.
+// tutorials/13_load_trained_layer.cpp — Tutorial 13: load a trained layer and split it.
 //
 // The situation: a trained model saved with its state_dict, and the question "for
 // model.transformer_encoder.layers[0].self_attn.in_proj_weight, which rows are Q?".

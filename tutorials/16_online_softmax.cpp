@@ -1,4 +1,4 @@
-// Tutorial 16: the online softmax — attention without the attention matrix.
+// tutorials/16_online_softmax.cpp — Tutorial 16: the online softmax — attention without the attention matrix.
 //
 // softmax(s) . v needs all S scores of a row before the first weight is known: the
 // maximum (for stability) and the sum (to normalise) are over the whole row. The online

@@ -1,4 +1,4 @@
-// Tutorial 17: the backward pass by hand, one formula per step, checked against autograd.
+// tutorials/17_backward_by_hand.cpp — Tutorial 17: the backward pass by hand, one formula per step, checked against autograd.
 //
 // Golden case backward_cross_unbatched_f64: E = 8, H = 2 heads of D = 4, L = 3 queries,
 // S = 4 keys, unbatched, three distinct inputs, float64. PyTorch computed

@@ -1,4 +1,4 @@
-// Tutorial 18: train it. A model built on the module learns to reverse sequences.
+// tutorials/18_train_it.cpp — Tutorial 18: train it. A model built on the module learns to reverse sequences.
 //
 // The task: a sequence of L = 8 tokens, each one of V = 8, and its reverse as the target
 // ("3 1 4 1 5 0 2 6" -> "6 2 0 5 1 4 1 3"). The model, golden/generator/training.py's
@@ -229,13 +229,13 @@ Tokens draw_sequences(mha::Generator& generator, std::size_t n) {
 // The tokens of a golden .npy file: int32 (what training.py writes), of the shape expected.
 xt::xtensor<std::int32_t, 3> load_tokens(const std::filesystem::path& path, std::array<std::size_t, 3> shape) {
   const mha::NpyArray array = mha::read_npy(path);
-  mha::check(array.descr == "<i4", path.string(), "expected dtype int32, got {}", mha::dtype_name(array.descr));
-  mha::check(std::ranges::equal(array.shape, shape), path.string(), "expected shape {}, got {}",
-             mha::shape_string(shape), mha::shape_string(array.shape));
+  tutorial::check(array.descr == "<i4", path.string(), "expected dtype int32, got {}", mha::dtype_name(array.descr));
+  tutorial::check(std::ranges::equal(array.shape, shape), path.string(), "expected shape {}, got {}",
+                  mha::shape_string(shape), mha::shape_string(array.shape));
   xt::xtensor<std::int32_t, 3> tokens = xt::xtensor<std::int32_t, 3>::from_shape(shape);
   std::memcpy(tokens.data(), array.bytes.data(), tokens.size() * sizeof(std::int32_t));
-  mha::check(xt::all(tokens >= 0 && tokens < static_cast<std::int32_t>(V)), path.string(),
-             "expected tokens in [0, {}), got {} to {}", V, xt::amin(tokens)(), xt::amax(tokens)());
+  tutorial::check(xt::all(tokens >= 0 && tokens < static_cast<std::int32_t>(V)), path.string(),
+                  "expected tokens in [0, {}), got {} to {}", V, xt::amin(tokens)(), xt::amax(tokens)());
   return tokens;
 }
 
@@ -246,11 +246,12 @@ Parameters load_parameters(const std::filesystem::path& folder) {
       {"embedding.weight", {V, E}},          {"position", {L, E}},       {"attention.in_proj_weight", {3 * E, E}},
       {"attention.out_proj.weight", {E, E}}, {"readout.weight", {V, E}}, {"readout.bias", {V}}};
   for (const auto& [name, shape] : shapes) {
-    mha::check(p.contains(name), folder.string(), "expected {}.npy, found none", name);
-    mha::check(std::ranges::equal(p.at(name).shape(), shape), name, "expected shape {}, got {}",
-               mha::shape_string(shape), mha::shape_string(p.at(name).shape()));
+    tutorial::check(p.contains(name), folder.string(), "expected {}.npy, found none", name);
+    tutorial::check(std::ranges::equal(p.at(name).shape(), shape), name, "expected shape {}, got {}",
+                    mha::shape_string(shape), mha::shape_string(p.at(name).shape()));
   }
-  mha::check(p.size() == shapes.size(), folder.string(), "expected {} parameters, got {}", shapes.size(), p.size());
+  tutorial::check(p.size() == shapes.size(), folder.string(), "expected {} parameters, got {}", shapes.size(),
+                  p.size());
   return p;
 }
 

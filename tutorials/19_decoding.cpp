@@ -1,4 +1,4 @@
-// Tutorial 19: decoding one token at a time, with a KV cache; and cross-attention.
+// tutorials/19_decoding.cpp — Tutorial 19: decoding one token at a time, with a KV cache; and cross-attention.
 //
 // A decoder generates token t by attending with t's query to the keys and values of
 // tokens 0..t. Those of 0..t-1 do not change when t arrives, so they are kept (a KV

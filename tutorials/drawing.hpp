@@ -1,4 +1,4 @@
-// drawing.hpp — what the tutorials that write PNG files (11 and 18) draw with: filled
+// tutorials/drawing.hpp — what the tutorials that write PNG files (11 and 18) draw with: filled
 // rectangles, and text in a bitmap font, on png++ images: 5x7 glyphs (tutorial 11's
 // attention maps and tutorial 18's loss curve), drawn large enough for a projector. A
 // glyph is a table of '#' (ink) and '.', drawn scaled up: each font pixel becomes a

@@ -1,4 +1,4 @@
-// tutorial.hpp — how every tutorial prints and checks, so that each program can be about
+// tutorials/tutorial.hpp — how every tutorial prints and checks, so that each program can be about
 // its one idea.
 //
 // A tutorial prints a title, numbered steps with labelled shapes and short value slices,
@@ -7,7 +7,8 @@
 // fixed format (4 decimals) so that the output is the same on every run; docs/ shows
 // this output verbatim, and scripts/docs-output checks that it has not drifted.
 //
-// Include it after the other headers: it ends with `import mha;` and `import mha.golden;`.
+// Include it after the other headers: it ends with `import mha;`, `import mha.core;` (for
+// check) and `import mha.golden;`.
 #pragma once
 
 #include <fmt/format.h>
@@ -31,9 +32,14 @@
 #include <vector>
 
 import mha;
+import mha.core;
 import mha.golden;
 
 namespace tutorial {
+
+// Throws mha::Error("<argument>: <message>") unless the condition holds: the library's own
+// helper (mha.core's), so that a tutorial words its errors as the library does.
+using mha::detail::check;
 
 // "== Tutorial 03: projections by hand ==" and what the program demonstrates.
 inline void title(std::string_view number, std::string_view name, std::string_view demonstrates) {
@@ -82,7 +88,7 @@ inline std::filesystem::path project_root() {
   namespace fs = std::filesystem;
   auto has_cases = [](const fs::path& root) { return fs::is_directory(root / "golden" / "cases"); };
   if (const char* root = std::getenv("MHA_ROOT")) {
-    mha::check(has_cases(root), "MHA_ROOT", "expected the project's root, with golden/cases/ in it, got '{}'", root);
+    check(has_cases(root), "MHA_ROOT", "expected the project's root, with golden/cases/ in it, got '{}'", root);
     return root;
   }
   if (has_cases(fs::current_path())) return fs::current_path();
@@ -105,7 +111,7 @@ inline std::filesystem::path case_dir(std::string_view name) { return project_pa
 // names the case and says why ("--case: NAME records an error ..."); the tutorial then ends
 // with "error: ..." and exit status 2, never with a MISMATCH it could not avoid.
 inline void refuse_unless(bool accepted, const mha::CaseInfo& info, std::string_view why) {
-  mha::check(accepted, "--case", "{} {}", info.name, why);
+  check(accepted, "--case", "{} {}", info.name, why);
 }
 
 // The refusals every tutorial with --case shares: a case that records an error PyTorch
@@ -151,7 +157,7 @@ const xt::xarray<T>& parameter(const mha::Case<T>& c, const std::string& name) {
                     : name == "in_proj_weight"                      ? "kdim or vdim != E: q/k/v_proj_weight instead"
                     : name.find("proj_weight") != std::string::npos ? "kdim == vdim == E: in_proj_weight instead"
                                                                     : "not in this case's options";
-  mha::check(c.parameters.contains(name), "--case", "{} has no {} ({})", c.info.name, name, why);
+  check(c.parameters.contains(name), "--case", "{} has no {} ({})", c.info.name, name, why);
   return c.parameters.at(name);
 }
 

@@ -1,4 +1,4 @@
-// Lab 02: the in-projection, packed and separate: q, k and v from the inputs.
+// labs/02-in-projection/in_projection.cpp — Lab 02: the in-projection, packed and separate: q, k and v from the inputs.
 //
 // Write the two functions below; labs/02-in-projection/README.md says what to read first.
 // Build and grade (from the project's root):
@@ -16,11 +16,11 @@ namespace lab02 {
 
 // query (L, N, E), key (S, N, E), value (S, N, E),
 // in_proj_weight (3E, E), in_proj_bias (3E) or none
-// -> q (L, N, E), k (S, N, E), v (S, N, E)   (mha::QKV has the fields q, k, v)
+// -> q (L, N, E), k (S, N, E), v (S, N, E)   (mha::textbook::QKV has the fields q, k, v)
 template <class T>
-mha::QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
-                                 const xt::xtensor<T, 3>& value, const xt::xtensor<T, 2>& in_proj_weight,
-                                 const std::optional<xt::xtensor<T, 1>>& in_proj_bias) {
+mha::textbook::QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
+                                           const xt::xtensor<T, 3>& value, const xt::xtensor<T, 2>& in_proj_weight,
+                                           const std::optional<xt::xtensor<T, 1>>& in_proj_bias) {
   // TODO: q = query W_q^T + b_q, and k and v alike, each from its own block of rows.
   throw lab::NotImplemented("in_projection_packed");
 }
@@ -29,22 +29,23 @@ mha::QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtens
 // p.w_q (E, E), p.w_k (E, Ek), p.w_v (E, Ev), p.b_q, p.b_k, p.b_v (E) or none
 // -> q (L, N, E), k (S, N, E), v (S, N, E)
 template <class T>
-mha::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
-                          const mha::SeparateProjections<T>& p) {
+mha::textbook::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
+                                    const xt::xtensor<T, 3>& value, const mha::SeparateProjections<T>& p) {
   // TODO: the same three projections, with three separate weights (kdim, vdim may differ from E).
   throw lab::NotImplemented("in_projection");
 }
 
 // The grader runs your functions in float and in double. Leave these lines as they are.
-template mha::QKV<float> in_projection_packed(const xt::xtensor<float, 3>&, const xt::xtensor<float, 3>&,
-                                              const xt::xtensor<float, 3>&, const xt::xtensor<float, 2>&,
-                                              const std::optional<xt::xtensor<float, 1>>&);
-template mha::QKV<double> in_projection_packed(const xt::xtensor<double, 3>&, const xt::xtensor<double, 3>&,
-                                               const xt::xtensor<double, 3>&, const xt::xtensor<double, 2>&,
-                                               const std::optional<xt::xtensor<double, 1>>&);
-template mha::QKV<float> in_projection(const xt::xtensor<float, 3>&, const xt::xtensor<float, 3>&,
-                                       const xt::xtensor<float, 3>&, const mha::SeparateProjections<float>&);
-template mha::QKV<double> in_projection(const xt::xtensor<double, 3>&, const xt::xtensor<double, 3>&,
-                                        const xt::xtensor<double, 3>&, const mha::SeparateProjections<double>&);
+template mha::textbook::QKV<float> in_projection_packed(const xt::xtensor<float, 3>&, const xt::xtensor<float, 3>&,
+                                                        const xt::xtensor<float, 3>&, const xt::xtensor<float, 2>&,
+                                                        const std::optional<xt::xtensor<float, 1>>&);
+template mha::textbook::QKV<double> in_projection_packed(const xt::xtensor<double, 3>&, const xt::xtensor<double, 3>&,
+                                                         const xt::xtensor<double, 3>&, const xt::xtensor<double, 2>&,
+                                                         const std::optional<xt::xtensor<double, 1>>&);
+template mha::textbook::QKV<float> in_projection(const xt::xtensor<float, 3>&, const xt::xtensor<float, 3>&,
+                                                 const xt::xtensor<float, 3>&, const mha::SeparateProjections<float>&);
+template mha::textbook::QKV<double> in_projection(const xt::xtensor<double, 3>&, const xt::xtensor<double, 3>&,
+                                                  const xt::xtensor<double, 3>&,
+                                                  const mha::SeparateProjections<double>&);
 
 }  // namespace lab02

@@ -1,4 +1,4 @@
-// Lab 03: heads, and scaled dot-product attention.
+// labs/03-heads-attention/heads_attention.cpp — Lab 03: heads, and scaled dot-product attention.
 //
 // Write the three functions below; labs/03-heads-attention/README.md says what to read
 // first. The grader gives them PyTorch's own q, k, v and the case's mask, and does the

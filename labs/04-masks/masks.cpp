@@ -1,4 +1,4 @@
-// Lab 04: the masks: bool and float, 2-D and 3-D, key_padding_mask, and their merge.
+// labs/04-masks/masks.cpp — Lab 04: the masks: bool and float, 2-D and 3-D, key_padding_mask, and their merge.
 //
 // Write the function below; labs/04-masks/README.md says what to read first. The grader
 // adds your mask to the scores of PyTorch's own q and k, and compares the weights and the

@@ -1,4 +1,4 @@
-// Lab 05: the whole forward of nn.MultiheadAttention.
+// labs/05-forward/forward.cpp — Lab 05: the whole forward of nn.MultiheadAttention.
 //
 // Write forward() below; labs/05-forward/README.md says what to read first and which of the
 // library's functions you may use. Build and grade (from the project's root):

@@ -1,4 +1,4 @@
-// Lab 06: the backward pass: every gradient of nn.MultiheadAttention, by hand.
+// labs/06-backward/backward.cpp — Lab 06: the backward pass: every gradient of nn.MultiheadAttention, by hand.
 //
 // Write backward() below; labs/06-backward/README.md says what to read first. The grader
 // checks each gradient against PyTorch's, and in float64 against finite differences of the

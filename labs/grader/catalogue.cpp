@@ -1,4 +1,4 @@
-// The catalogue of mistakes: each one's stable id, the step it is made in, one line for the
+// labs/grader/catalogue.cpp — the catalogue of mistakes: each one's stable id, the step it is made in, one line for the
 // student and the page to read again. docs/labs.md has this table (`mha-grade catalogue`
 // prints it; the test labs-catalogue-table fails when the two differ).
 //

@@ -1,4 +1,4 @@
-// The grading harness of the labs: the catalogue of mistakes, and how a lab is graded.
+// labs/grader/grader.hpp — the grading harness of the labs: the catalogue of mistakes, and how a lab is graded.
 //
 // A lab is graded in parts, one per function a student writes (or per group of functions
 // that only make sense together). A part takes the golden cases that exercise it, in both
@@ -145,14 +145,14 @@ template <class T>
 using SplitFn =
     std::function<mha::SeparateProjections<T>(const xt::xtensor<T, 2>&, const std::optional<xt::xtensor<T, 1>>&)>;
 template <class T>
-using PackFn = std::function<mha::PackedProjection<T>(const mha::SeparateProjections<T>&)>;
+using PackFn = std::function<mha::textbook::PackedProjection<T>(const mha::SeparateProjections<T>&)>;
 template <class T>
 using PackedProjectionFn =
-    std::function<mha::QKV<T>(const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&,
-                              const xt::xtensor<T, 2>&, const std::optional<xt::xtensor<T, 1>>&)>;
+    std::function<mha::textbook::QKV<T>(const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&,
+                                        const xt::xtensor<T, 2>&, const std::optional<xt::xtensor<T, 1>>&)>;
 template <class T>
-using SeparateProjectionFn = std::function<mha::QKV<T>(const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&,
-                                                       const xt::xtensor<T, 3>&, const mha::SeparateProjections<T>&)>;
+using SeparateProjectionFn = std::function<mha::textbook::QKV<T>(
+    const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&, const mha::SeparateProjections<T>&)>;
 template <class T>
 using HeadsFn = std::function<xt::xtensor<T, 3>(const xt::xtensor<T, 3>&, std::size_t)>;
 template <class T>

@@ -1,4 +1,4 @@
-// Grading a part of a lab: run the student's function on each case, compare with PyTorch,
+// labs/grader/harness.cpp — grading a part of a lab: run the student's function on each case, compare with PyTorch,
 // and when the answer is wrong, name the catalogued mistakes it shows.
 //
 // The diagnosis is an experiment, repeated for each mistake of the part's list (each of its

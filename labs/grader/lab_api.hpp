@@ -1,10 +1,11 @@
-// The labs' functions: what a student writes in each lab, and how a starter says "not yet".
+// labs/grader/lab_api.hpp — the labs' functions: what a student writes in each lab, and how a starter says "not yet".
 //
-// Each lab's starter (labs/NN-name/*.cpp) defines the functions declared here, as templates
-// over the element type, and instantiates them for float and double at its end: the grader
-// runs them on every golden case of the lab, in both dtypes. The lab's grading program
-// (labs/grader/drivers/labNN.cpp) calls them through these declarations; a starter whose
-// signatures are changed does not link, and its build says which function is missing.
+// Each lab's starter (a .cpp of labs/01-split-pack/ to labs/06-backward/) defines the
+// functions declared here, as templates over the element type, and instantiates them for
+// float and double at its end: the grader runs them on every golden case of the lab, in both
+// dtypes. The lab's grading program (labs/grader/drivers/lab01.cpp to lab06.cpp) calls them
+// through these declarations; a starter whose signatures are changed does not link, and its
+// build says which function is missing.
 //
 // Include it after "third_party.hpp" and `import mha;`. It is not the grader: that is
 // labs/grader/grader.hpp, which a student's file never needs.
@@ -35,7 +36,7 @@ mha::SeparateProjections<T> split_packed(const xt::xtensor<T, 2>& in_proj_weight
                                          const std::optional<xt::xtensor<T, 1>>& in_proj_bias);
 // W_q, W_k, W_v (E, E), b_q, b_k, b_v (E) or none -> in_proj_weight (3E, E), in_proj_bias (3E)
 template <class T>
-mha::PackedProjection<T> pack(const mha::SeparateProjections<T>& p);
+mha::textbook::PackedProjection<T> pack(const mha::SeparateProjections<T>& p);
 }  // namespace lab01
 
 // Lab 02: the in-projection, packed and separate.
@@ -43,14 +44,14 @@ namespace lab02 {
 // query (L, N, E), key (S, N, E), value (S, N, E), in_proj_weight (3E, E), in_proj_bias (3E)
 // -> q (L, N, E), k (S, N, E), v (S, N, E)
 template <class T>
-mha::QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
-                                 const xt::xtensor<T, 3>& value, const xt::xtensor<T, 2>& in_proj_weight,
-                                 const std::optional<xt::xtensor<T, 1>>& in_proj_bias);
+mha::textbook::QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
+                                           const xt::xtensor<T, 3>& value, const xt::xtensor<T, 2>& in_proj_weight,
+                                           const std::optional<xt::xtensor<T, 1>>& in_proj_bias);
 // query (L, N, E), key (S, N, Ek), value (S, N, Ev), W_q (E, E), W_k (E, Ek), W_v (E, Ev)
 // -> q (L, N, E), k (S, N, E), v (S, N, E)
 template <class T>
-mha::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
-                          const mha::SeparateProjections<T>& p);
+mha::textbook::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
+                                    const xt::xtensor<T, 3>& value, const mha::SeparateProjections<T>& p);
 }  // namespace lab02
 
 // Lab 03: heads, and scaled dot-product attention.

@@ -1,4 +1,4 @@
-// Each lab's graded parts: which golden cases a part takes, what the student's function is
+// labs/grader/labs.cpp — each lab's graded parts: which golden cases a part takes, what the student's function is
 // given and what it answers, PyTorch's tensors for it, and the grader's recomputation under
 // the part's mistakes.
 //
@@ -11,6 +11,7 @@
 #include "third_party.hpp"
 
 import mha;
+import mha.core;
 import mha.io;
 import mha.golden;
 
@@ -154,7 +155,7 @@ Tensors<T> in_projection_under(const mha::Case<T>& c, const Injections& m) {
 
 // Aliased inputs are one object, as PyTorch was given them.
 template <class T>
-Tensors<T> qkv_answer(const mha::QKV<T>& a) {
+Tensors<T> qkv_answer(const mha::textbook::QKV<T>& a) {
   return {{"q", a.q}, {"k", a.k}, {"v", a.v}};
 }
 
@@ -232,10 +233,10 @@ template <class T>
 xt::xtensor<T, 3> broadcast_mask(const std::optional<xt::xtensor<T, 3>>& mask, std::size_t B, std::size_t L,
                                  std::size_t S) {
   if (!mask) return xt::zeros<T>({B, L, S});
-  mha::check(mask->dimension() == 3 && (mask->shape(0) == 1 || mask->shape(0) == B) && mask->shape(1) == L &&
-                 mask->shape(2) == S,
-             "mask", "expected shape {} or {}, got {}", mha::shape_string({1, L, S}), mha::shape_string({B, L, S}),
-             mha::shape_string(mask->shape()));
+  mha::detail::check(mask->dimension() == 3 && (mask->shape(0) == 1 || mask->shape(0) == B) && mask->shape(1) == L &&
+                         mask->shape(2) == S,
+                     "mask", "expected shape {} or {}, got {}", mha::shape_string({1, L, S}),
+                     mha::shape_string({B, L, S}), mha::shape_string(mask->shape()));
   return xt::broadcast(*mask, {B, L, S});
 }
 
@@ -389,7 +390,7 @@ PartFunctions<T> backward_functions(BackwardFn<T> f) {
         const auto& value = c.info.key_is_value ? key : c.value;
         auto g = f(c.info.options, c.parameters, c.query, key, value, c.forward, *c.grad_attn_output,
                    c.grad_attn_output_weights);
-        mha::check(g.query && g.key && g.value, "Gradients", "expected query, key and value each");
+        mha::detail::check(g.query && g.key && g.value, "Gradients", "expected query, key and value each");
         // one gradient per input object: the uses of one tensor add up
         GradientMap<T> m;
         xt::xarray<T> dq = *g.query, dk = *g.key, dv = *g.value;
@@ -503,11 +504,11 @@ xt::xarray<T> answer_file(const std::filesystem::path& dir, const std::string& n
     throw mha::Error(fmt::format("{}: missing: the answer folder needs {}.npy, {} of dtype {}", path.string(), name,
                                  mha::shape_string(expected.shape()), mha::dtype_name(mha::npy_descr<T>())));
   const mha::NpyArray a = mha::read_npy(path);  // an Error naming the file when it is not a valid .npy
-  mha::check(a.descr == mha::npy_descr<T>(), path.string(), "expected dtype {} (the case's), got {}",
-             mha::dtype_name(mha::npy_descr<T>()), mha::dtype_name(a.descr));
-  mha::check(std::equal(a.shape.begin(), a.shape.end(), expected.shape().begin(), expected.shape().end()),
-             path.string(), "expected shape {} (PyTorch's {}), got {}", mha::shape_string(expected.shape()), name,
-             mha::shape_string(a.shape));
+  mha::detail::check(a.descr == mha::npy_descr<T>(), path.string(), "expected dtype {} (the case's), got {}",
+                     mha::dtype_name(mha::npy_descr<T>()), mha::dtype_name(a.descr));
+  mha::detail::check(std::equal(a.shape.begin(), a.shape.end(), expected.shape().begin(), expected.shape().end()),
+                     path.string(), "expected shape {} (PyTorch's {}), got {}", mha::shape_string(expected.shape()),
+                     name, mha::shape_string(a.shape));
   return mha::to_xarray<T>(a, path.string());
 }
 

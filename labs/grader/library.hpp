@@ -1,4 +1,4 @@
-// The grader's one door into the library's textbook: every step of mha that the grader
+// labs/grader/library.hpp — the grader's one door into the library's textbook: every step of mha that the grader
 // calls, and nothing else, is named here.
 //
 // The grader recomputes each lab's step as PyTorch does it and as each catalogued mistake

@@ -1,4 +1,4 @@
-// mha-grade: the labs' grader for teachers, and for answers from any language.
+// labs/grader/mha_grade.cpp — mha-grade: the labs' grader for teachers, and for answers from any language.
 //
 //   mha-grade diagnose CASE ANSWER_DIR   an answer written as .npy files (attn_output.npy,
 //                                        attn_output_weights.npy) for one golden case: checked

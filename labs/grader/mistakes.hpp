@@ -1,4 +1,4 @@
-// The grader's own forward and backward, each step as PyTorch computes it or as a
+// labs/grader/mistakes.hpp — the grader's own forward and backward, each step as PyTorch computes it or as a
 // catalogued mistake computes it.
 //
 // forward(c, mistakes) runs multi_head_attention_forward on a golden case's inputs and

@@ -151,13 +151,15 @@ public:
 
   // The in-projection on sequence-first batched inputs, as multi_head_attention_forward
   // computes it before bias_k/bias_v: q (L, N, E), k (S, N, E), v (S, N, E).
-  QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
-                       Aliasing aliasing = Aliasing::none) const {
+  textbook::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
+                                 const xt::xtensor<T, 3>& value,
+                                 textbook::Aliasing aliasing = textbook::Aliasing::none) const {
     return params_.in_projection(query, key, value, aliasing);
   }
 
   // q, k and v exactly as forward() computes them from these inputs (steps 1 and 3).
-  QKV<T> in_projection(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value) const {
+  textbook::QKV<T> in_projection(const xt::xarray<T>& query, const xt::xarray<T>& key,
+                                 const xt::xarray<T>& value) const {
     const detail::Geometry g = detail::geometry(query, key, value, ForwardOptions<T>{}, options_);
     const bool batch_first = options_.batch_first && g.batched;
     auto seq_first = [batch_first](const xt::xarray<T>& x) { return textbook::to_seq_first_batched(x, batch_first); };

@@ -34,7 +34,7 @@ std::string why_not_fast_path(const Options& o, bool training, const ForwardOpti
   const Sizes s(o);
   const bool v2 = o.pytorch == PyTorchVersion::v2;
   if (!g.batched) return "input not batched; expected query.dim() of 3 but got 2";
-  if (g.aliasing != Aliasing::self_attention)
+  if (g.aliasing != textbook::Aliasing::self_attention)
     return "non-self attention was used (query, key, and value are not the same Tensor)";
   if (training) return "training is enabled";
   if (v2 && s.H % 2 != 0) return "self.num_heads is not even";

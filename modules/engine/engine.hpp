@@ -156,12 +156,12 @@ Projection<T> project(const FastCall<T>& c, const textbook::Parameters<T>& param
             project_into(c, key, g.key, {wt.k.data(), E, true}, b, k_first, E),
             project_into(c, value, g.value, {wt.v.data(), E, true}, b, v_first, E)};
   auto w = [&](std::size_t first) { return LinearWeight<T>{wt.in_proj.data() + first, 3 * E, true}; };  // (E, 3E)
-  if (g.aliasing == Aliasing::self_attention) {
+  if (g.aliasing == textbook::Aliasing::self_attention) {
     const auto qkv = project_into(c, query, g.query, w(0), b, 0, 3 * E);  // (L, N, 3E)
     return {qkv, qkv.shifted(k_first), qkv.shifted(v_first)};
   }
   const auto q = project_into(c, query, g.query, w(0), b, 0, E);  // (L, N, E)
-  if (g.aliasing == Aliasing::key_is_value) {
+  if (g.aliasing == textbook::Aliasing::key_is_value) {
     const auto kv = project_into(c, key, g.key, w(k_first), b, k_first, 2 * E);  // (S, N, 2E)
     return {q, kv, kv.shifted(v_first - k_first)};
   }

@@ -196,7 +196,7 @@ Gradients<T> fast_backward(const Options& options, const textbook::Parameters<T>
 
   // 8 to 6) per head, into dq, dk, dv. Self-attention on the packed weight writes them side
   // by side, [dq | dk | dv] (L, N, 3E), for step 3 to take as one linear layer's gradient.
-  const bool one_linear = params.packed && s.aliasing == Aliasing::self_attention && !options.add_bias_kv;
+  const bool one_linear = params.packed && s.aliasing == textbook::Aliasing::self_attention && !options.add_bias_kv;
   const std::size_t width = one_linear ? 3 * E : E;
   // An empty L, S' or batch leaves zeros: no product to take, no data to point into.
   const bool products = L > 0 && S_total > 0 && B > 0;

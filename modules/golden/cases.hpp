@@ -112,6 +112,15 @@ void read_case_forward(const nlohmann::json& j, const std::string& where, CaseIn
   if (j["forward"].contains("grad_enabled")) c.grad_enabled = case_field<bool>(j, "forward", "grad_enabled", where);
 }
 
+// "1.13" or "2.6", the major.minor a golden case names (its "pytorch" field), as a
+// PyTorchVersion; any other is an mha::Error naming the versions known.
+PyTorchVersion pytorch_version(std::string_view major_minor) {
+  if (major_minor == "1.13") return PyTorchVersion::v1_13;
+  if (major_minor == "2.6") return PyTorchVersion::v2;
+  throw Error(
+      fmt::format("pytorch: unknown PyTorch version \"{}\" (this library follows \"1.13\" and \"2.6\")", major_minor));
+}
+
 // The generation of PyTorch the case follows ("pytorch", absent: "1.13"; an unknown one is
 // an error), and the warnings PyTorch gave (the generator's "pytorch_warnings"), into `c`.
 void read_case_generation(const nlohmann::json& j, const std::string& where, CaseInfo& c) {

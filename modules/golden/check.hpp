@@ -46,7 +46,7 @@ Output<T> run_forward(MultiheadAttention<T>& module, const Case<T>& c) {
 
 // in_projection() on the case's inputs, passed as run_forward passes them.
 template <class T>
-QKV<T> run_in_projection(const MultiheadAttention<T>& module, const Case<T>& c) {
+textbook::QKV<T> run_in_projection(const MultiheadAttention<T>& module, const Case<T>& c) {
   if (c.info.query_is_key && c.info.key_is_value) return module.in_projection(c.query, c.query, c.query);
   if (c.info.key_is_value) return module.in_projection(c.query, c.key, c.key);
   return module.in_projection(c.query, c.key, c.value);

@@ -39,6 +39,10 @@ struct BlasKernel {
   std::string chosen_by;  // "OpenBLAS", "OPENBLAS_CORETYPE", or "mha (the CPU has AVX-512; OpenBLAS picked Prescott)"
 };
 
+}  // namespace mha
+
+namespace mha::detail {
+
 // The vector instruction set an OpenBLAS 0.3.x kernel family is written for; nullopt for
 // a name this table does not know (a newer OpenBLAS's: then it is left alone).
 // inline for its static: see cpu_simd_level() in cpu.hpp.
@@ -82,10 +86,6 @@ std::optional<std::string> better_blas_kernel(std::string_view openblas_choice, 
   if (!level || *level >= cpu) return std::nullopt;
   return blas_kernel_for(cpu);
 }
-
-}  // namespace mha
-
-namespace mha::detail {
 
 std::string current_blas_kernel() {
   const char* name = openblas_get_corename();
@@ -133,7 +133,7 @@ BlasKernel blas_kernel() {
 // the program, while no other thread is inside a BLAS call. Refuses a kernel this CPU
 // cannot run.
 void use_blas_kernel(const std::string& kernel) {
-  const auto known = blas_kernel_simd_level(kernel);
+  const auto known = detail::blas_kernel_simd_level(kernel);
   check(known.has_value(), "kernel", "expected an OpenBLAS kernel name such as Haswell or SkylakeX, got '{}'", kernel);
   const SimdLevel level = known.value_or(SimdLevel::sse2);  // known: checked above
   check(level <= cpu_simd_level(), "kernel", "expected a kernel this CPU runs (up to {}), got '{}', which needs {}",
@@ -151,7 +151,7 @@ void use_blas_kernel(const std::string& kernel) {
 BlasKernel use_best_blas_kernel() {
   BlasKernel before = blas_kernel();
   const bool user_chose = std::getenv("OPENBLAS_CORETYPE") != nullptr;
-  const auto better = better_blas_kernel(before.name, cpu_simd_level(), user_chose);
+  const auto better = detail::better_blas_kernel(before.name, cpu_simd_level(), user_chose);
   if (!better) return before;
   if (detail::reload_blas_kernel(*better) && detail::current_blas_kernel() == *better) {
     detail::blas_kernel_record() = BlasKernel{
@@ -163,3 +163,19 @@ BlasKernel use_best_blas_kernel() {
 }
 
 }  // namespace mha
+
+export namespace mha::testing {
+
+// For tests: the choice use_best_blas_kernel() makes, on any CPU and any OpenBLAS choice
+// (detail::better_blas_kernel above).
+std::optional<std::string> better_blas_kernel(std::string_view openblas_choice, SimdLevel cpu, bool user_chose) {
+  return detail::better_blas_kernel(openblas_choice, cpu, user_chose);
+}
+
+// The SIMD level of an OpenBLAS kernel name, nullopt for one the table does not know.
+std::optional<SimdLevel> blas_kernel_simd_level(std::string_view name) { return detail::blas_kernel_simd_level(name); }
+
+// The OpenBLAS kernel name for a SIMD level.
+std::string blas_kernel_for(SimdLevel level) { return detail::blas_kernel_for(level); }
+
+}  // namespace mha::testing

@@ -109,14 +109,25 @@ void use_gemm_library(GemmLibrary library) {
 
 GemmLibrary gemm_library() { return detail::float_gemm_library(); }
 
+}  // namespace mha
+
+namespace mha::detail {
+
 // The library that runs a float GEMM of m x n x k multiply-adds: oneDNN when it is the
 // chosen library and the GEMM is large enough to gain from it, else OpenBLAS. It depends
 // on these two alone, never on a thread setting, so a result does not change with the
 // host program's OpenBLAS threads.
 GemmLibrary gemm_library_for(std::size_t m, std::size_t n, std::size_t k) {
   const double multiply_adds = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const bool onednn = gemm_library() == GemmLibrary::onednn && multiply_adds >= detail::onednn_smallest_gemm;
+  const bool onednn = gemm_library() == GemmLibrary::onednn && multiply_adds >= onednn_smallest_gemm;
   return onednn ? GemmLibrary::onednn : GemmLibrary::openblas;
 }
 
-}  // namespace mha
+}  // namespace mha::detail
+
+export namespace mha::testing {
+
+// For tests: the library a float GEMM of m x n x k multiply-adds runs on (detail::gemm_library_for above).
+GemmLibrary gemm_library_for(std::size_t m, std::size_t n, std::size_t k) { return detail::gemm_library_for(m, n, k); }
+
+}  // namespace mha::testing

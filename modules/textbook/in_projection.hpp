@@ -29,6 +29,10 @@ struct SeparateProjections {
   std::optional<xt::xtensor<T, 1>> b_q, b_k, b_v;  // (E) each, or none when bias=False
 };
 
+}  // namespace mha
+
+export namespace mha::textbook {
+
 // The packed form, as PyTorch stores it when kdim == vdim == E.
 template <class T>
 struct PackedProjection {
@@ -43,10 +47,6 @@ struct QKV {
   xt::xtensor<T, 3> k;  // (S, N, E)
   xt::xtensor<T, 3> v;  // (S, N, E)
 };
-
-}  // namespace mha
-
-export namespace mha::textbook {
 
 // y = x W^T + b over the last dimension, as torch.nn.functional.linear.
 template <class T, std::size_t N>
@@ -162,18 +162,10 @@ xt::xtensor<T, 3> column_block(const xt::xtensor<T, 3>& x, std::size_t begin, st
   return block;
 }
 
-}  // namespace mha::textbook
-
-export namespace mha {
-
 // How the inputs alias each other, the C++ counterpart of Python's `query is key` and
 // `key is value`: PyTorch runs one GEMM for self-attention, two for encoder-decoder
 // attention (key is value), three otherwise.
 enum class Aliasing { none, key_is_value, self_attention };
-
-}  // namespace mha
-
-export namespace mha::textbook {
 
 // The in-projection of the packed weight, as torch.nn.functional._in_projection_packed.
 // query (L, N, E), key (S, N, E), value (S, N, E) -> q (L, N, E), k, v (S, N, E)

@@ -93,7 +93,7 @@ namespace mha::detail {
 // The sizes of one forward(), checked as multi_head_attention_forward checks them.
 struct Geometry {
   bool batched = true;
-  Aliasing aliasing = Aliasing::none;
+  textbook::Aliasing aliasing = textbook::Aliasing::none;
   textbook::SeqFirstLayout query, key, value;  // (L, N, E), (S, N, Ek), (S, N, Ev)
   std::size_t L = 0, S = 0, N = 0;
 };
@@ -149,10 +149,11 @@ void check_sizes(const textbook::SeqFirstLayout& q, const textbook::SeqFirstLayo
 // Unbatched inputs lose their identity in PyTorch (each is unsqueezed on its own), so
 // only batched inputs take the one-GEMM or two-GEMM path.
 template <class T>
-Aliasing aliasing_of(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value, bool batched) {
-  if (!batched) return Aliasing::none;
-  if (&query == &key && &key == &value) return Aliasing::self_attention;
-  return &key == &value ? Aliasing::key_is_value : Aliasing::none;
+textbook::Aliasing aliasing_of(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                               bool batched) {
+  if (!batched) return textbook::Aliasing::none;
+  if (&query == &key && &key == &value) return textbook::Aliasing::self_attention;
+  return &key == &value ? textbook::Aliasing::key_is_value : textbook::Aliasing::none;
 }
 
 // Step 1 of forward(): every shape checked once, the sizes and layouts that follow.

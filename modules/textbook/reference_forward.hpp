@@ -20,8 +20,8 @@ namespace mha::detail {
 // taken at, as PyTorch's autograd saves them. B = N*H.
 template <class T>
 struct SavedForward {
-  bool batched = true, batch_first = false;  // the caller's layout
-  Aliasing aliasing = Aliasing::none;        // the in-projection's branch (one, two or three products)
+  bool batched = true, batch_first = false;                // the caller's layout
+  textbook::Aliasing aliasing = textbook::Aliasing::none;  // the in-projection's branch (one, two or three products)
   // Which inputs were one object: their gradients are summed into it, as in PyTorch's x.grad.
   bool query_is_key = false, key_is_value = false, query_is_value = false;
   std::size_t L = 0, S = 0, N = 0;

@@ -27,18 +27,4 @@ struct Warning {
   std::string message;
 };
 
-// "1.13" or "2.6", the major.minor a golden case names (its "pytorch" field), as a
-// PyTorchVersion; any other is an mha::Error naming the versions known.
-inline PyTorchVersion pytorch_version(std::string_view major_minor) {
-  if (major_minor == "1.13") return PyTorchVersion::v1_13;
-  if (major_minor == "2.6") return PyTorchVersion::v2;
-  throw Error(
-      fmt::format("pytorch: unknown PyTorch version \"{}\" (this library follows \"1.13\" and \"2.6\")", major_minor));
-}
-
-// "1.13" or "2.x", for messages.
-inline std::string_view version_name(PyTorchVersion version) {
-  return version == PyTorchVersion::v1_13 ? "1.13" : "2.x";
-}
-
 }  // namespace mha

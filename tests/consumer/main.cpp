@@ -1,4 +1,4 @@
-// consumer: the smallest program that uses an installed mha: one self-attention forward.
+// tests/consumer/main.cpp — the smallest program that uses an installed mha: one self-attention forward.
 //
 // Builds a module with embed_dim 4 and 2 heads, runs it on a (L, N, E) = (3, 2, 4) input,
 // and checks what holds for any parameters: the output shape, and attention weights that

@@ -1,4 +1,4 @@
-// A host program's own BLAS calls: cblas.h and OpenBLAS's extensions, as a program that
+// tests/host_program/host_blas.cpp — a host program's own BLAS calls: cblas.h and OpenBLAS's extensions, as a program that
 // uses OpenBLAS itself has them.
 #include "host_blas.hpp"
 

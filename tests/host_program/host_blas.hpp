@@ -1,4 +1,4 @@
-// The host program's own use of OpenBLAS, declared without cblas.h: host_blas.cpp includes
+// tests/host_program/host_blas.hpp — the host program's own use of OpenBLAS, declared without cblas.h: host_blas.cpp includes
 // it, main.cpp imports the library, and the two cannot share a unit (cblas.h clashes with
 // the BLAS declarations xtensor-blas bundles).
 #pragma once

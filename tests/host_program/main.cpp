@@ -1,4 +1,4 @@
-// A host program: it uses OpenBLAS itself, before and after using the library, and checks
+// tests/host_program/main.cpp — a host program: it uses OpenBLAS itself, before and after using the library, and checks
 // that the library left everything of its own alone:
 //   - the OpenBLAS kernel, from before main() (argv[1], what OpenBLAS picks in a program
 //     without the library) to the end;

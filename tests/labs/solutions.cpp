@@ -1,4 +1,4 @@
-// The labs' reference solutions, for teachers and for the tests, with switchable mistakes.
+// tests/labs/solutions.cpp — the labs' reference solutions, for teachers and for the tests, with switchable mistakes.
 //
 // Each lab's functions (labs/grader/lab_api.hpp), written as a student who got them right
 // writes them. The environment variable MHA_LAB_INJECT makes them wrong on purpose:
@@ -74,10 +74,10 @@ mha::SeparateProjections<T> split_packed(const xt::xtensor<T, 2>& in_proj_weight
 }
 
 template <class T>
-mha::PackedProjection<T> pack(const mha::SeparateProjections<T>& p) {
+mha::textbook::PackedProjection<T> pack(const mha::SeparateProjections<T>& p) {
   const std::size_t E = p.w_q.shape(0);
   const auto block = qkv_blocks();
-  mha::PackedProjection<T> packed{xt::xtensor<T, 2>::from_shape({3 * E, E}), std::nullopt};
+  mha::textbook::PackedProjection<T> packed{xt::xtensor<T, 2>::from_shape({3 * E, E}), std::nullopt};
   const std::array<const xt::xtensor<T, 2>*, 3> w{&p.w_q, &p.w_k, &p.w_v};
   for (std::size_t x = 0; x < 3; ++x)
     xt::view(packed.in_proj_weight, xt::range(block[x] * E, (block[x] + 1) * E)) = *w[x];
@@ -94,37 +94,38 @@ template mha::SeparateProjections<float> split_packed(const xt::xtensor<float, 2
                                                       const std::optional<xt::xtensor<float, 1>>&);
 template mha::SeparateProjections<double> split_packed(const xt::xtensor<double, 2>&,
                                                        const std::optional<xt::xtensor<double, 1>>&);
-template mha::PackedProjection<float> pack(const mha::SeparateProjections<float>&);
-template mha::PackedProjection<double> pack(const mha::SeparateProjections<double>&);
+template mha::textbook::PackedProjection<float> pack(const mha::SeparateProjections<float>&);
+template mha::textbook::PackedProjection<double> pack(const mha::SeparateProjections<double>&);
 
 }  // namespace lab01
 
 namespace lab02 {
 
 template <class T>
-mha::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
-                          const mha::SeparateProjections<T>& p) {
+mha::textbook::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
+                                    const xt::xtensor<T, 3>& value, const mha::SeparateProjections<T>& p) {
   auto bias = [](const std::optional<xt::xtensor<T, 1>>& b) { return injected("bias_missing") ? std::nullopt : b; };
   return {linear(query, p.w_q, bias(p.b_q)), linear(key, p.w_k, bias(p.b_k)), linear(value, p.w_v, bias(p.b_v))};
 }
 
 template <class T>
-mha::QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
-                                 const xt::xtensor<T, 3>& value, const xt::xtensor<T, 2>& in_proj_weight,
-                                 const std::optional<xt::xtensor<T, 1>>& in_proj_bias) {
+mha::textbook::QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
+                                           const xt::xtensor<T, 3>& value, const xt::xtensor<T, 2>& in_proj_weight,
+                                           const std::optional<xt::xtensor<T, 1>>& in_proj_bias) {
   return lab02::in_projection(query, key, value, lab01::split_packed(in_proj_weight, in_proj_bias));
 }
 
-template mha::QKV<float> in_projection_packed(const xt::xtensor<float, 3>&, const xt::xtensor<float, 3>&,
-                                              const xt::xtensor<float, 3>&, const xt::xtensor<float, 2>&,
-                                              const std::optional<xt::xtensor<float, 1>>&);
-template mha::QKV<double> in_projection_packed(const xt::xtensor<double, 3>&, const xt::xtensor<double, 3>&,
-                                               const xt::xtensor<double, 3>&, const xt::xtensor<double, 2>&,
-                                               const std::optional<xt::xtensor<double, 1>>&);
-template mha::QKV<float> in_projection(const xt::xtensor<float, 3>&, const xt::xtensor<float, 3>&,
-                                       const xt::xtensor<float, 3>&, const mha::SeparateProjections<float>&);
-template mha::QKV<double> in_projection(const xt::xtensor<double, 3>&, const xt::xtensor<double, 3>&,
-                                        const xt::xtensor<double, 3>&, const mha::SeparateProjections<double>&);
+template mha::textbook::QKV<float> in_projection_packed(const xt::xtensor<float, 3>&, const xt::xtensor<float, 3>&,
+                                                        const xt::xtensor<float, 3>&, const xt::xtensor<float, 2>&,
+                                                        const std::optional<xt::xtensor<float, 1>>&);
+template mha::textbook::QKV<double> in_projection_packed(const xt::xtensor<double, 3>&, const xt::xtensor<double, 3>&,
+                                                         const xt::xtensor<double, 3>&, const xt::xtensor<double, 2>&,
+                                                         const std::optional<xt::xtensor<double, 1>>&);
+template mha::textbook::QKV<float> in_projection(const xt::xtensor<float, 3>&, const xt::xtensor<float, 3>&,
+                                                 const xt::xtensor<float, 3>&, const mha::SeparateProjections<float>&);
+template mha::textbook::QKV<double> in_projection(const xt::xtensor<double, 3>&, const xt::xtensor<double, 3>&,
+                                                  const xt::xtensor<double, 3>&,
+                                                  const mha::SeparateProjections<double>&);
 
 }  // namespace lab02
 

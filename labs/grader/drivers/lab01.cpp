@@ -1,4 +1,4 @@
-// Lab 01's grading program: the student's split_packed and pack, on every packed case.
+// labs/grader/drivers/lab01.cpp — Lab 01's grading program: the student's split_packed and pack, on every packed case.
 #include "third_party.hpp"
 
 import mha;

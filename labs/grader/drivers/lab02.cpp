@@ -1,4 +1,4 @@
-// Lab 02's grading program: the student's in-projections, packed and separate.
+// labs/grader/drivers/lab02.cpp — Lab 02's grading program: the student's in-projections, packed and separate.
 #include "third_party.hpp"
 
 import mha;

@@ -1,4 +1,4 @@
-// Lab 03's grading program: the student's heads and scaled dot-product attention.
+// labs/grader/drivers/lab03.cpp — Lab 03's grading program: the student's heads and scaled dot-product attention.
 #include "third_party.hpp"
 
 import mha;

@@ -1,4 +1,4 @@
-// Lab 04's grading program: the student's masks, on every case with a mask.
+// labs/grader/drivers/lab04.cpp — Lab 04's grading program: the student's masks, on every case with a mask.
 #include "third_party.hpp"
 
 import mha;

@@ -1,4 +1,4 @@
-// Lab 05's grading program: the student's whole forward.
+// labs/grader/drivers/lab05.cpp — Lab 05's grading program: the student's whole forward.
 #include "third_party.hpp"
 
 import mha;

@@ -1,4 +1,4 @@
-// Lab 06's grading program: the student's backward pass, against PyTorch's gradients and
+// labs/grader/drivers/lab06.cpp — Lab 06's grading program: the student's backward pass, against PyTorch's gradients and
 // finite differences.
 #include "third_party.hpp"
 

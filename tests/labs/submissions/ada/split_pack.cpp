@@ -1,4 +1,4 @@
-// A test submission for mha-grade's gradebook (tests/labs/CMakeLists.txt): right: both functions as PyTorch lays the blocks out.
+// tests/labs/submissions/ada/split_pack.cpp — a test submission for mha-grade's gradebook (tests/labs/CMakeLists.txt): right: both functions as PyTorch lays the blocks out.
 // Lab 01: the packed in_proj_weight, taken apart and put together.
 //
 // Write the two functions below; labs/01-split-pack/README.md says what to read first.
@@ -33,10 +33,10 @@ mha::SeparateProjections<T> split_packed(const xt::xtensor<T, 2>& in_proj_weight
 }
 
 // W_q, W_k, W_v (E, E), b_q, b_k, b_v (E) or none -> in_proj_weight (3E, E), in_proj_bias (3E)
-// (mha::PackedProjection has the fields in_proj_weight and in_proj_bias.)
+// (mha::textbook::PackedProjection has the fields in_proj_weight and in_proj_bias.)
 template <class T>
-mha::PackedProjection<T> pack(const mha::SeparateProjections<T>& p) {
-  mha::PackedProjection<T> packed{xt::concatenate(xt::xtuple(p.w_q, p.w_k, p.w_v), 0), std::nullopt};
+mha::textbook::PackedProjection<T> pack(const mha::SeparateProjections<T>& p) {
+  mha::textbook::PackedProjection<T> packed{xt::concatenate(xt::xtuple(p.w_q, p.w_k, p.w_v), 0), std::nullopt};
   if (p.b_q) packed.in_proj_bias = xt::concatenate(xt::xtuple(*p.b_q, *p.b_k, *p.b_v), 0);
   return packed;
 }
@@ -46,7 +46,7 @@ template mha::SeparateProjections<float> split_packed(const xt::xtensor<float, 2
                                                       const std::optional<xt::xtensor<float, 1>>&);
 template mha::SeparateProjections<double> split_packed(const xt::xtensor<double, 2>&,
                                                        const std::optional<xt::xtensor<double, 1>>&);
-template mha::PackedProjection<float> pack(const mha::SeparateProjections<float>&);
-template mha::PackedProjection<double> pack(const mha::SeparateProjections<double>&);
+template mha::textbook::PackedProjection<float> pack(const mha::SeparateProjections<float>&);
+template mha::textbook::PackedProjection<double> pack(const mha::SeparateProjections<double>&);
 
 }  // namespace lab01
