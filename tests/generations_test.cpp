@@ -94,7 +94,8 @@ TEST_CASE("2.x decides the fast path as PyTorch does: each condition that rules 
   // the slow path, whose SDPA gives the fully masked row out_proj.bias; 1.13 gives NaN.
   for (const char* name :
        {"grad_disabled_seq_first_fully_padded_batch_f32", "grad_disabled_odd_heads_fully_padded_batch_f32",
-        "grad_disabled_cross_fully_padded_batch_f32", "grad_disabled_float_attn_mask_fully_masked_row_f32"})
+        "grad_disabled_cross_fully_padded_batch_f32", "grad_disabled_float_attn_mask_fully_masked_row_f32",
+        "grad_disabled_unbatched_fully_padded_f32"})
     require_generations_differ(name, true);
   // Without in_proj_bias, 2.x runs the slow path; 1.13 hands the fast path None, and fails.
   require_generations_differ("grad_disabled_no_bias_fully_padded_batch_f32", false);
@@ -104,6 +105,24 @@ TEST_CASE("2.x decides the fast path as PyTorch does: each condition that rules 
   const auto computed = check_as(mha_test::golden_cases(), "reject_fast_path_without_bias", PyTorchVersion::v2);
   INFO(computed.line);
   CHECK_FALSE(computed.passed);
+}
+
+TEST_CASE("dropout in eval: 2.x's fast path runs, 1.13's is ruled out, and both give the padded entry NaN",
+          "[generations]") {
+  // Under 2.x the case passes only through the fast path: its slow path (SDPA) would give
+  // the padded batch entry out_proj.bias where PyTorch 2.6 gave NaN.
+  const char* name = "fast_path_dropout_eval_fully_padded_batch_f32";
+  require_generations_agree(name);
+  auto info = mha::read_case_info(mha_test::golden_cases_2_6() / name);
+  REQUIRE(info.options.dropout == 0.5);
+  const auto c2 = mha::load_case<float>(info);
+  auto opts = c2.forward;
+  CHECK(mha::make_module(c2).pytorch_path(c2.query, c2.query, c2.query, opts).path == mha::PyTorchPath::fast_path);
+  info.version = PyTorchVersion::v1_13;
+  const auto c1 = mha::load_case<float>(info);
+  const auto as_1_13 = mha::make_module(c1).pytorch_path(c1.query, c1.query, c1.query, opts);
+  CHECK(as_1_13.path == mha::PyTorchPath::weights);
+  CHECK(as_1_13.why_not_fast_path == "dropout was 0.5, required zero");
 }
 
 TEST_CASE("grad_enabled decides: the fast path's case run with grad enabled fails under 2.x", "[generations]") {

@@ -145,6 +145,14 @@ GENERATION_CASES = [
          "path gives NaN there; 1.13's slow path NaN too.",
          L=5, S=5, N=2, layout=BATCH_FIRST, attn_mask="bool_2d", fully_masked_row=True,
          need_weights=False, grad_enabled=False, fast_path=ONLY_2X, expect_nan=True),
+    Case("fast_path_dropout_eval_fully_padded_batch_f32",
+         "Grad disabled, eval, batch_first self-attention with dropout=0.5 (off in eval), "
+         "the last batch entry's keys all padded, need_weights=False. 2.x: dropout is no "
+         "condition of the fast path, which gives that batch entry NaN (its slow path would "
+         "give out_proj.bias); 1.13: \"dropout was 0.5, required zero\", the slow path, NaN.",
+         L=4, S=4, N=2, layout=BATCH_FIRST, dropout=0.5, key_padding_mask=True,
+         fully_padded_batch=True, need_weights=False, grad_enabled=False, fast_path=ONLY_2X,
+         expect_nan=True),
     Case("grad_enabled_fully_padded_batch_f32",
          "fast_path_fully_padded_batch_f32 with grad enabled: the slow path, where 2.x's SDPA "
          "gives the padded batch entry out_proj.bias and 1.13 NaN.",
@@ -168,6 +176,12 @@ GENERATION_CASES = [
          "the padded batch entry; 1.13: NaN).",
          L=4, S=4, N=2, key_padding_mask=True, fully_padded_batch=True, need_weights=False,
          grad_enabled=False, expect_nan=True, expect_nan_2x=False),
+    Case("grad_disabled_unbatched_fully_padded_f32",
+         "Grad disabled, eval, self-attention, but unbatched (L, E) input whose keys are all "
+         "padded, need_weights=False: \"input not batched\", the slow path (2.x's SDPA: "
+         "out_proj.bias in every row; 1.13: NaN).",
+         L=4, S=4, N=1, layout=UNBATCHED, key_padding_mask=True, fully_padded_batch=True,
+         need_weights=False, grad_enabled=False, expect_nan=True, expect_nan_2x=False),
     Case("grad_disabled_odd_heads_fully_padded_batch_f32",
          "Grad disabled, batch_first, but num_heads=1 (odd): the slow path.",
          H=1, L=4, S=4, N=2, layout=BATCH_FIRST, key_padding_mask=True, fully_padded_batch=True,
