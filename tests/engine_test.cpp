@@ -516,7 +516,7 @@ TEST_CASE("a thread's buffers are released on request, and a forward past a limi
   module.set_attention_path(AttentionPath::fast);
   const std::size_t limit = mha::kept_thread_buffer_bytes();
   REQUIRE(limit == std::numeric_limits<std::size_t>::max());  // the default, no limit, as platform/workspace.hpp says
-  mha::release_thread_buffers();            // what earlier tests in this thread left
+  mha::release_thread_buffers();                              // what earlier tests in this thread left
   REQUIRE(mha::thread_buffer_bytes() == 0);
   const auto expected = threaded_forward(module);
   // q, k, v and the heads, (L, 2, 64) floats each, and more: all kept.

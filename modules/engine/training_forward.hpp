@@ -92,14 +92,16 @@ template <class T>
 void keep_spare_record(SavedForward<T>&& record) noexcept {
   // moved from, nothing worth keeping, or a record let go as its thread ends
   if (record.probabilities.size() == 0 || Workspace<T>::gone()) return;
+  Workspace<T>& ws = Workspace<T>::mine();
   try {
-    Workspace<T>& ws = Workspace<T>::mine();
     const std::size_t bytes = sizeof(T) * (record.qh.size() + record.kh.size() + record.vh.size() +
                                            record.probabilities.size() + record.weights.size() + record.merged.size());
     ws.spare_record = std::make_shared<SavedForward<T>>(std::move(record));
     ws.spare_record_bytes = bytes;
     ws.keep_within_limit();
-  } catch (...) {  // out of memory: the record is simply freed
+  } catch (const std::bad_alloc&) {
+    ws.spare_record.reset();  // no memory to keep it: the record is freed, and nothing is kept
+    ws.spare_record_bytes = 0;
   }
 }
 
