@@ -540,11 +540,46 @@ namespace {
 
 // Every gradient of `a` equal, bit for bit, to the same one of `b`.
 bool same_gradients(const mha::Gradients<float>& a, const mha::Gradients<float>& b) {
-  if (a.query.has_value() != b.query.has_value() || a.parameters.size() != b.parameters.size()) return false;
-  if (a.query && !xt::all(xt::equal(*a.query, *b.query))) return false;
+  for (const auto& [x, y] : {std::pair{&a.query, &b.query}, {&a.key, &b.key}, {&a.value, &b.value}}) {
+    if (x->has_value() != y->has_value()) return false;
+    if (*x && ((*x)->shape() != (*y)->shape() || !xt::all(xt::equal(**x, **y)))) return false;
+  }
+  if (a.parameters.size() != b.parameters.size()) return false;
   for (const auto& [name, gradient] : a.parameters)
-    if (!b.parameters.contains(name) || !xt::all(xt::equal(gradient, b.parameters.at(name)))) return false;
+    if (!b.parameters.contains(name) || gradient.shape() != b.parameters.at(name).shape() ||
+        !xt::all(xt::equal(gradient, b.parameters.at(name))))
+      return false;
   return true;
+}
+
+// The bytes of every tensor of a Gradients.
+std::size_t gradients_bytes(const mha::Gradients<float>& g) {
+  std::size_t values = 0;
+  for (const auto* input : {&g.query, &g.key, &g.value})
+    if (*input) values += (*input)->size();
+  for (const auto& [name, gradient] : g.parameters) values += gradient.size();
+  return values * sizeof(float);
+}
+
+// Where each tensor of a Gradients keeps its values, by name ("query", "key", "value" and
+// the parameters' state_dict names).
+std::map<std::string, const float*> storage_of(const mha::Gradients<float>& g) {
+  std::map<std::string, const float*> where;
+  if (g.query) where["query"] = g.query->data();
+  if (g.key) where["key"] = g.key->data();
+  if (g.value) where["value"] = g.value->data();
+  for (const auto& [name, gradient] : g.parameters) where[name] = gradient.data();
+  return where;
+}
+
+// One buffer of each tensor's size: what the allocator would hand out from memory of those
+// sizes just freed. Held across a backward, it leaves that backward only memory kept for it.
+std::vector<std::vector<float>> same_sizes(const mha::Gradients<float>& g) {
+  std::vector<std::vector<float>> buffers;
+  for (const auto* input : {&g.query, &g.key, &g.value})
+    if (*input) buffers.emplace_back((*input)->size(), 1.0F);
+  for (const auto& [name, gradient] : g.parameters) buffers.emplace_back(gradient.size(), 1.0F);
+  return buffers;
 }
 
 }  // namespace
@@ -566,13 +601,133 @@ TEST_CASE("a backward keeps the gradients it only passes on in the thread's buff
   // dO (L, 2, 64) and [dq | dk | dv] (L, 2, 192), and more: all kept.
   const std::size_t kept = mha::thread_buffer_bytes();
   REQUIRE(kept >= 4 * L_threaded * 2 * 64 * sizeof(float));
-  REQUIRE(same_gradients(module.backward(record, grad), expected));  // in the kept buffers, same result
-  REQUIRE(mha::thread_buffer_bytes() == kept);
+  {
+    const auto again = module.backward(record, grad);
+    REQUIRE(same_gradients(again, expected));  // in the kept buffers, same result
+    REQUIRE(mha::thread_buffer_bytes() == kept);
+  }
+  // The gradients let go are kept too, for the next backward to write into.
+  REQUIRE(mha::thread_buffer_bytes() == kept + gradients_bytes(expected));
 
   mha::set_kept_thread_buffer_bytes(kept - 1);  // this backward's buffers are now "unusually large"
-  REQUIRE(same_gradients(module.backward(record, grad), expected));
-  REQUIRE(mha::thread_buffer_bytes() == 0);
+  {
+    const auto again = module.backward(record, grad);
+    REQUIRE(same_gradients(again, expected));
+    REQUIRE(mha::thread_buffer_bytes() == 0);
+  }
+  // The gradients let go come to less than the limit: kept.
+  REQUIRE(gradients_bytes(expected) < kept - 1);
+  REQUIRE(mha::thread_buffer_bytes() == gradients_bytes(expected));
   mha::set_kept_thread_buffer_bytes(limit);
   REQUIRE(same_gradients(module.backward(record, grad), expected));
-  REQUIRE(mha::thread_buffer_bytes() == kept);
+  REQUIRE(mha::thread_buffer_bytes() == kept + gradients_bytes(expected));
+}
+
+namespace {
+
+// A module and one forward_for_backward() of it on random float inputs: self-attention on
+// the packed weight (backward's one-linear-layer branch), or three inputs of their own on
+// separate projections with bias_k and bias_v, batch_first (every other branch's steps).
+struct TrainingCase {
+  mha::MultiheadAttention<float> module;
+  xt::xarray<float> query, key, value, grad;
+  std::optional<mha::ForwardRecord<float>> record;
+
+  TrainingCase(bool self_attention, std::size_t L) : module(options(self_attention), 5) {
+    module.train();  // dropout 0: nothing drawn, every backward the same
+    module.set_attention_path(AttentionPath::fast);
+    Engine g(23);
+    const std::size_t S = L / 2, N = 2;
+    auto input = [&](std::size_t len, std::size_t width) {
+      return xt::xarray<float>(xt::cast<float>(random_tensor(
+          self_attention ? std::vector<std::size_t>{len, N, width} : std::vector<std::size_t>{N, len, width}, g)));
+    };
+    query = input(L, 64), key = input(S, 48), value = input(S, 40), grad = input(L, 64);
+    mha::ForwardOptions<float> opts;
+    opts.need_weights = false;
+    const auto& k = self_attention ? query : key;
+    const auto& v = self_attention ? query : value;
+    record = module.forward_for_backward(query, k, v, opts).second;
+  }
+  static mha::Options options(bool self_attention) {
+    if (self_attention) return mha::Options{.embed_dim = 64, .num_heads = 4};
+    return mha::Options{
+        .embed_dim = 64, .num_heads = 4, .add_bias_kv = true, .kdim = 48, .vdim = 40, .batch_first = true};
+  }
+  mha::Gradients<float> backward() const { return module.backward(*record, grad); }
+};
+
+}  // namespace
+
+TEST_CASE("gradients let go leave their storage to the thread: the next backward of the same sizes writes into it") {
+  mha::set_num_threads(2);
+  for (bool self_attention : {true, false}) {
+    CAPTURE(self_attention);
+    const TrainingCase c(self_attention, L_threaded);
+    mha::release_thread_buffers();
+    mha::Gradients<float> expected;  // a copy of the first gradients, in storage of its own
+    std::map<std::string, const float*> first;
+    {
+      const auto gradients = c.backward();
+      expected = gradients;
+      first = storage_of(gradients);
+    }
+    // Every gradient: the query's (and the key's and value's), and every parameter's.
+    REQUIRE(first.size() == (self_attention ? 5U : 11U));
+    const auto taken = same_sizes(expected);  // had the first gradients been freed, their memory
+    const auto second = c.backward();
+    REQUIRE(storage_of(second) == first);  // every tensor where the first one was
+    REQUIRE(same_gradients(second, expected));
+  }
+}
+
+TEST_CASE("a backward of other sizes writes where the storage it finds has as many values, and elsewhere new") {
+  mha::set_num_threads(2);
+  for (bool self_attention : {true, false}) {
+    CAPTURE(self_attention);
+    const TrainingCase longer(self_attention, L_threaded), shorter(self_attention, L_threaded / 2);
+    mha::release_thread_buffers();
+    const mha::Gradients<float> expected = shorter.backward();  // in new storage
+    std::map<std::string, const float*> first;
+    {
+      const auto gradients = longer.backward();
+      first = storage_of(gradients);
+    }
+    const auto taken = same_sizes(expected);
+    const auto second = shorter.backward();  // into what `longer` let go, where the sizes agree
+    const auto where = storage_of(second);
+    REQUIRE(where.size() == first.size());
+    for (const auto& [name, data] : where) {
+      CAPTURE(name);
+      const bool input = name == "query" || name == "key" || name == "value";  // (L or S, N, width): other sizes
+      REQUIRE((data == first.at(name)) == !input);  // the parameters' gradients have the same sizes
+    }
+    REQUIRE(same_gradients(second, expected));
+  }
+}
+
+TEST_CASE("gradients let go are counted in the thread's buffers, released on request, and kept only within the limit") {
+  mha::set_num_threads(2);
+  const TrainingCase c(/*self_attention=*/false, L_threaded);
+  const std::size_t limit = mha::kept_thread_buffer_bytes();
+  mha::release_thread_buffers();
+  std::size_t held = 0, bytes = 0;
+  {
+    auto gradients = c.backward();
+    held = mha::thread_buffer_bytes();
+    bytes = gradients_bytes(gradients);
+    mha::Gradients<float> moved = std::move(gradients);  // the moved-from ones have nothing left to keep
+  }
+  REQUIRE(mha::thread_buffer_bytes() == held + bytes);
+  {
+    auto gradients = c.backward();
+    gradients = c.backward();  // assigned over: the set it held is kept for the next backward
+    REQUIRE(mha::thread_buffer_bytes() == held + bytes);
+  }
+  mha::release_thread_buffers();
+  REQUIRE(mha::thread_buffer_bytes() == 0);
+  mha::set_kept_thread_buffer_bytes(bytes - 1);  // gradients alone past the limit: not kept
+  c.backward();
+  REQUIRE(mha::thread_buffer_bytes() == 0);
+  mha::set_kept_thread_buffer_bytes(limit);
 }

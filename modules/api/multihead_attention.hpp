@@ -53,6 +53,33 @@ private:
   detail::SavedForward<T> saved_;
 };
 
+// What backward() returns: dL/d(input) per distinct input object, in the caller's layout
+// (as PyTorch's x.grad: self-attention has only `query`, the sum over its three uses;
+// key is value has `query` and `key`), and dL/d(parameter) by state_dict name:
+// g.query, g.key, g.value, g.parameters["in_proj_weight"], ... (textbook::Gradients' tensors).
+// Gradients let go, or assigned over, leave their tensors to the thread's buffers, for the
+// next backward of the same sizes to write into (engine/engine_backward.hpp): a training loop
+// then touches no fresh memory for them.
+template <class T>
+struct Gradients : textbook::Gradients<T> {
+  Gradients() = default;
+  explicit Gradients(textbook::Gradients<T>&& gradients) noexcept : textbook::Gradients<T>(std::move(gradients)) {}
+  Gradients(const Gradients&) = default;
+  Gradients(Gradients&&) noexcept = default;
+  Gradients& operator=(const Gradients&) = default;
+  Gradients& operator=(Gradients&& other) noexcept {
+    if (this != &other) {
+      detail::keep_spare_gradients(std::move(tensors()));
+      tensors() = std::move(other.tensors());
+    }
+    return *this;
+  }
+  ~Gradients() { detail::keep_spare_gradients(std::move(tensors())); }
+
+private:
+  textbook::Gradients<T>& tensors() { return *this; }
+};
+
 template <class T>
 class MultiheadAttention {
 public:
@@ -276,9 +303,12 @@ public:
             "grad_attn_output_weights", "expected shape {} (attn_output_weights'), got {}",
             shape_string(s.weights_shape), shape_string(grad_attn_output_weights->shape()));
     }
+    // The reference allocates every gradient as it goes, as PyTorch's autograd does; the
+    // engine writes them into the storage of the gradients this thread let go last.
     if (attention_path_ == AttentionPath::reference)
-      return textbook::reference_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights);
-    return detail::fast_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights);
+      return Gradients<T>(
+          textbook::reference_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights));
+    return Gradients<T>(detail::fast_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights));
   }
 
 private:

@@ -6,7 +6,9 @@
 // one (L, S') dP per worker). Allocating them and faulting their pages in on every call
 // would cost more than a small forward itself, so each calling thread keeps its buffers
 // from one call to the next. Being the thread's and not the module's, they let any number
-// of threads run forward() and backward() on one module at once.
+// of threads run forward() and backward() on one module at once. A training loop's record
+// and gradients, let go at the end of each step, are left to the thread too (one set of
+// each at most), and the next step writes into them.
 //
 // What a thread keeps is what its largest call needed, so a loop of calls, at one shape or
 // at several, reuses the same memory and never touches fresh pages (about 2.7 ms per MiB
@@ -61,6 +63,10 @@ struct Workspace {
   // forward to write into (engine/training_forward.hpp); of a type this layer need not know.
   std::shared_ptr<void> spare_record;
   std::size_t spare_record_bytes = 0;
+  // The tensors of the last gradients this thread let go, for the next backward to write
+  // into (engine/engine_backward.hpp); of a type this layer need not know either.
+  std::shared_ptr<void> spare_gradients;
+  std::size_t spare_gradients_bytes = 0;
 
   // The calling thread's, as it stands; `of_this_thread` for a new forward.
   static Workspace& mine() {
@@ -92,7 +98,7 @@ struct Workspace {
     std::size_t n = 0;
     for (const auto& s : slots) n += s.capacity();
     for (const auto& s : scratch) n += s.capacity();
-    return n * sizeof(T) + (spare_record ? spare_record_bytes : 0);
+    return n * sizeof(T) + (spare_record ? spare_record_bytes : 0) + (spare_gradients ? spare_gradients_bytes : 0);
   }
   void release() {
     slots = {};
@@ -100,6 +106,8 @@ struct Workspace {
     used = 0;
     spare_record.reset();
     spare_record_bytes = 0;
+    spare_gradients.reset();
+    spare_gradients_bytes = 0;
   }
   // At the end of a forward or backward: everything goes if it holds more than the limit.
   void keep_within_limit() {

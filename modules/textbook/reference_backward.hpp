@@ -14,20 +14,17 @@
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
 // Uses options.hpp, parameters.hpp, inputs.hpp, attention.hpp, in_projection.hpp, gradients.hpp, reference_forward.hpp.
 
-export namespace mha {
+namespace mha::textbook {
 
-// What backward() returns: dL/d(input) per distinct input object, in the caller's layout
+// The gradients of a forward: dL/d(input) per distinct input object, in the caller's layout
 // (as PyTorch's x.grad: self-attention has only `query`, the sum over its three uses;
-// key is value has `query` and `key`), and dL/d(parameter) by state_dict name.
+// key is value has `query` and `key`), and dL/d(parameter) by state_dict name. What
+// backward() returns is an mha::Gradients, which holds these tensors and is what a user sees.
 template <class T>
 struct Gradients {
   std::optional<xt::xarray<T>> query, key, value;
   StateDict<T> parameters;  // in_proj_weight or q/k/v_proj_weight, in_proj_bias, out_proj.weight, ...
 };
-
-}  // namespace mha
-
-namespace mha::textbook {
 
 // The per-use gradients of query, key and value summed into one per input object, each in
 // the caller's layout. A use absent (nullopt) was already summed by the in-projection.
