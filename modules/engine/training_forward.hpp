@@ -85,7 +85,8 @@ void head_forward(SavedForward<T>& s, const StridedHeads<const T>& q_scaled, con
 // A training loop makes a record, runs backward() and lets the record go, call after call,
 // at the same shapes: at (1024, 1, 1024, 16) its softmax alone is 64 MiB, which the
 // allocator would map afresh (and the machine fault in, page by page) on every call. So a
-// record let go (ForwardRecord's destructor) leaves its tensors to its thread, and that
+// record let go (ForwardRecord's destructor) leaves its tensors (the inputs' sequence-first
+// copies, the heads, P, the merged heads) to its thread, and that
 // thread's next training forward writes into them: a tensor of the same size keeps its
 // storage. release_thread_buffers() frees them with the rest.
 template <class T>
@@ -94,7 +95,8 @@ void keep_spare_record(SavedForward<T>&& record) noexcept {
   if (record.probabilities.size() == 0 || Workspace<T>::gone()) return;
   Workspace<T>& ws = Workspace<T>::mine();
   try {
-    const std::size_t bytes = sizeof(T) * (record.qh.size() + record.kh.size() + record.vh.size() +
+    const std::size_t bytes = sizeof(T) * (record.query.size() + record.key.size() + record.value.size() +
+                                           record.qh.size() + record.kh.size() + record.vh.size() +
                                            record.probabilities.size() + record.weights.size() + record.merged.size());
     ws.spare_record = std::make_shared<SavedForward<T>>(std::move(record));
     ws.spare_record_bytes = bytes;
@@ -103,6 +105,19 @@ void keep_spare_record(SavedForward<T>&& record) noexcept {
     ws.spare_record.reset();  // no memory to keep it: the record is freed, and nothing is kept
     ws.spare_record_bytes = 0;
   }
+}
+
+// x made sequence-first and batched, as textbook::to_seq_first_batched makes it, written into
+// `y`'s storage (the input a record let go kept) when that holds as many values. (len, N, width)
+template <class T>
+xt::xtensor<T, 3> seq_first_into(const xt::xarray<T>& x, bool batch_first, xt::xtensor<T, 3> y) {
+  const textbook::SeqFirstLayout layout = textbook::seq_first_layout(x, batch_first);
+  y.resize({layout.len, layout.N, layout.width});
+  for (std::size_t i = 0; i < layout.len; ++i)
+    for (std::size_t n = 0; n < layout.N; ++n)
+      std::copy_n(x.data() + layout.row(i, n) * layout.width, layout.width,
+                  y.data() + (i * layout.N + n) * layout.width);
+  return y;
 }
 
 template <class T>
@@ -150,9 +165,9 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const text
   s.L = L, s.S = S, s.N = N;
   s.need_weights = opts.need_weights, s.average_attn_weights = opts.average_attn_weights;
   s.weights_shape = textbook::weights_shape(N, H, L, S_total, opts.average_attn_weights, g.batched);
-  s.query = textbook::to_seq_first_batched(query, batch_first);  // (L, N, E)
-  s.key = textbook::to_seq_first_batched(key, batch_first);      // (S, N, Ek)
-  s.value = textbook::to_seq_first_batched(value, batch_first);  // (S, N, Ev)
+  s.query = seq_first_into(query, batch_first, std::move(spare.query));  // (L, N, E)
+  s.key = seq_first_into(key, batch_first, std::move(spare.key));        // (S, N, Ek)
+  s.value = seq_first_into(value, batch_first, std::move(spare.value));  // (S, N, Ev)
   s.qh = std::move(qh), s.kh = std::move(kh), s.vh = std::move(vh);
   s.probabilities = std::move(spare.probabilities);
   s.probabilities.resize({B, L, S_total});
