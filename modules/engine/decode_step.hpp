@@ -182,6 +182,7 @@ template <class S, std::size_t C, class T>
     V acc[K] = {};
     for (std::size_t c = 0; c < C; ++c)
       for (std::size_t u = 0; u < K; ++u) {
+        __builtin_prefetch(keys + (j + u) * D + c * lanes + prefetch_distance<T>);  // a hint, as dot_block's
         V kv;
         S::load(kv, keys + (j + u) * D + c * lanes);
         acc[u] += qv[c] * kv;
@@ -209,6 +210,7 @@ template <class S, std::size_t C, class T>
   for (std::size_t j = 0; j < n; ++j) {
     const V pj = V{} + p[j];
     for (std::size_t c = 0; c < C; ++c) {
+      __builtin_prefetch(values + j * D + c * lanes + prefetch_distance<T>);
       V vv;
       S::load(vv, values + j * D + c * lanes);
       acc[c] += pj * vv;
@@ -323,6 +325,14 @@ inline void wait_for(const std::atomic<std::size_t>& done, std::size_t count) {
   }
 }
 
+// Run `task` of `runs` over `rows` rows: [first, last), a whole number of 4-row blocks
+// each but the last, so that each thread reads one stretch of memory from start to end,
+// as the hardware's prefetchers read best.
+inline std::pair<std::size_t, std::size_t> row_run(std::size_t rows, std::size_t runs, std::size_t task) {
+  const std::size_t per_run = ((rows + runs - 1) / runs + 3) & ~std::size_t(3);  // rounded up to 4 rows
+  return {std::min(rows, task * per_run), std::min(rows, (task + 1) * per_run)};
+}
+
 // A phase of the step: `tasks` tasks, numbered from `first` in the step's job; `done`
 // counts those finished.
 struct Phase {
@@ -357,31 +367,33 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
   const T* out_bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
   const T scale = textbook::attention_scale<T>(D);
 
-  // Tasks: 64 rows of a weight each (256 KiB of float at E = 1024), one batch-head each.
-  constexpr std::size_t rows_per_task = 64;
-  const std::size_t row_tasks = (E + rows_per_task - 1) / rows_per_task;  // per (E, E) weight
+  // Tasks: the rows of the weights in one contiguous run per worker (see row_run), one
+  // batch-head each.
+  const std::size_t runs = workers;
   Phase project, attend, output;
-  project.tasks = 3 * row_tasks;
+  project.tasks = runs;
   attend.first = project.tasks, attend.tasks = B;
-  output.first = attend.first + attend.tasks, output.tasks = row_tasks;
+  output.first = attend.first + attend.tasks, output.tasks = runs;
 
-  // 1. rows [r0, r1) of block `block` of q, k, v, for every row of x; k and v then into
-  //    the cache, q scaled.
+  // 1. rows [r0, r1) of q, k, v together (3E rows, block by block), for every row of x;
+  //    k and v then into the cache, q scaled.
   auto project_rows = [&](std::size_t task) {
-    const std::size_t block = task / row_tasks, r0 = task % row_tasks * rows_per_task;
-    const std::size_t r1 = std::min(E, r0 + rows_per_task);
-    T* y = qkv + block * E;  // columns of this block, row m at y + m * 3E
-    run_at_width<MatvecRows>(in_weight(block), E, x, M, in_bias ? in_bias + block * E : nullptr, y, 3 * E, r0, r1);
-    for (std::size_t m = 0; m < M; ++m) {
-      T* row = y + m * 3 * E;
-      if (block == 0) {
-        for (std::size_t e = r0; e < r1; ++e) row[e] *= scale;  // PyTorch scales q after its bias
-        continue;
+    const auto [first, last] = row_run(3 * E, runs, task);
+    for (std::size_t block = first / E; block < 3 && block * E < last; ++block) {
+      const std::size_t r0 = std::max(first, block * E) - block * E, r1 = std::min(last, (block + 1) * E) - block * E;
+      T* y = qkv + block * E;  // columns of this block, row m at y + m * 3E
+      run_at_width<MatvecRows>(in_weight(block), E, x, M, in_bias ? in_bias + block * E : nullptr, y, 3 * E, r0, r1);
+      for (std::size_t m = 0; m < M; ++m) {
+        T* row = y + m * 3 * E;
+        if (block == 0) {
+          for (std::size_t e = r0; e < r1; ++e) row[e] *= scale;  // PyTorch scales q after its bias
+          continue;
+        }
+        T* cached = block == 1 ? cache.k : cache.v;  // (B, cap, D)
+        const std::size_t n = z.sequence(m), position = cache.t0 + z.position(m);
+        for (std::size_t e = r0; e < r1; ++e)
+          cached[((n * z.H + e / D) * cache.capacity + position) * D + e % D] = row[e];
       }
-      T* cached = block == 1 ? cache.k : cache.v;  // (B, cap, D)
-      const std::size_t n = z.sequence(m), position = cache.t0 + z.position(m);
-      for (std::size_t e = r0; e < r1; ++e)
-        cached[((n * z.H + e / D) * cache.capacity + position) * D + e % D] = row[e];
     }
   };
   // 2. batch-head b = n * H + h: each new position against the keys it may see.
@@ -397,7 +409,7 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
   };
   // 3. rows [r0, r1) of out_proj_weight, for every row of the heads.
   auto output_rows = [&](std::size_t task) {
-    const std::size_t r0 = task * rows_per_task, r1 = std::min(E, r0 + rows_per_task);
+    const auto [r0, r1] = row_run(E, runs, task);
     run_at_width<MatvecRows>(params.out_proj_weight.data(), E, static_cast<const T*>(heads), M, out_bias, out, E, r0,
                              r1);
   };
