@@ -13,9 +13,11 @@
 //      0..t0 + i (the causal mask, as its bound), the softmax, and softmax . V.
 //   3. attn_output = heads W_out^T + b_out, the rows of out_proj_weight streamed once.
 // All three run as one job of the library's thread pool (platform/threads.hpp): one
-// wake-up of its threads per step, not three. The tasks are numbered phase by phase and
-// taken in order, so a task of phase 2 waits only for tasks of phase 1 that some thread
-// has already taken and is finishing: it cannot wait for ever, whichever thread runs what.
+// wake-up of its threads per step, not three. Phases 1 and 2 run together per group of
+// heads (a head's attention needs only its own rows of q, k and v), so the step waits once,
+// before phase 3. The tasks are numbered phase by phase and taken in order, so a task of
+// phase 3 waits only for tasks that some thread has already taken and is finishing: it
+// cannot wait for ever, whichever thread runs what.
 //
 // The kernels are written once over a SIMD vector of the compiler's (`vector_size`) and
 // compiled for baseline x86-64 (16 bytes), AVX2 + FMA (32) and AVX-512 (64), picked at
@@ -333,6 +335,11 @@ inline std::pair<std::size_t, std::size_t> row_run(std::size_t rows, std::size_t
   return {std::min(rows, task * per_run), std::min(rows, (task + 1) * per_run)};
 }
 
+// Group `task` of `groups` of the H heads: [h0, h1), as even as they divide.
+inline std::pair<std::size_t, std::size_t> head_group(std::size_t H, std::size_t groups, std::size_t task) {
+  return {task * H / groups, (task + 1) * H / groups};
+}
+
 // A phase of the step: `tasks` tasks, numbered from `first` in the step's job; `done`
 // counts those finished.
 struct Phase {
@@ -367,20 +374,21 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
   const T* out_bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
   const T scale = textbook::attention_scale<T>(D);
 
-  // Tasks: the rows of the weights in one contiguous run per worker (see row_run), one
-  // batch-head each.
-  const std::size_t runs = workers;
-  Phase project, attend, output;
-  project.tasks = runs;
-  attend.first = project.tasks, attend.tasks = B;
-  output.first = attend.first + attend.tasks, output.tasks = runs;
+  // Tasks: phases 1 and 2 together for one group of heads per worker, the rows of q, k and
+  // v those heads need in three contiguous runs (see head_group), then their attention,
+  // which needs nothing another thread computes; phase 3 in one contiguous run of
+  // out_proj's rows per worker (see row_run). (With fewer heads than threads, some threads
+  // have no group: a one-head module projects on one thread.)
+  const std::size_t groups = std::min(workers, z.H), runs = workers;
+  Phase heads_phase, output;
+  heads_phase.tasks = groups;
+  output.first = heads_phase.tasks, output.tasks = runs;
 
-  // 1. rows [r0, r1) of q, k, v together (3E rows, block by block), for every row of x;
-  //    k and v then into the cache, q scaled.
-  auto project_rows = [&](std::size_t task) {
-    const auto [first, last] = row_run(3 * E, runs, task);
-    for (std::size_t block = first / E; block < 3 && block * E < last; ++block) {
-      const std::size_t r0 = std::max(first, block * E) - block * E, r1 = std::min(last, (block + 1) * E) - block * E;
+  // 1. for heads [h0, h1): rows [h0 D, h1 D) of each of q, k, v, for every row of x; k and
+  //    v then into the cache, q scaled.
+  auto project_heads = [&](std::size_t h0, std::size_t h1) {
+    const std::size_t r0 = h0 * D, r1 = h1 * D;
+    for (std::size_t block = 0; block < 3; ++block) {
       T* y = qkv + block * E;  // columns of this block, row m at y + m * 3E
       run_at_width<MatvecRows>(in_weight(block), E, x, M, in_bias ? in_bias + block * E : nullptr, y, 3 * E, r0, r1);
       for (std::size_t m = 0; m < M; ++m) {
@@ -415,15 +423,14 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
   };
 
   parallel_for(output.first + output.tasks, static_cast<int>(workers), [&](std::size_t task, std::size_t worker) {
-    if (project.has(task)) {
-      project_rows(task - project.first);
-      project.done.fetch_add(1, std::memory_order_release);
-    } else if (attend.has(task)) {
-      wait_for(project.done, project.tasks);
-      attend_head(task - attend.first, worker);
-      attend.done.fetch_add(1, std::memory_order_release);
+    if (heads_phase.has(task)) {
+      const auto [h0, h1] = head_group(z.H, groups, task);
+      project_heads(h0, h1);
+      for (std::size_t n = 0; n < z.N; ++n)
+        for (std::size_t h = h0; h < h1; ++h) attend_head(n * z.H + h, worker);
+      heads_phase.done.fetch_add(1, std::memory_order_release);
     } else {
-      wait_for(attend.done, attend.tasks);
+      wait_for(heads_phase.done, heads_phase.tasks);
       output_rows(task - output.first);
     }
   });
