@@ -110,7 +110,8 @@ public:
     }
     wake_.notify_all();
     job.work(0);
-    std::unique_lock lock(mutex_);
+    std::unique_lock lock(mutex_, std::defer_lock);
+    lock_spinning(lock);
     close(job);  // no thread joins it from now on
     if (--job.working == 0) return;
     lock.unlock();
@@ -160,6 +161,12 @@ private:
     }
     return true;
   }
+  // Takes the pool's mutex, trying for a while before it blocks: whoever holds it lets it
+  // go within a microsecond (a caller posting a job holds it as a spinning thread sees the
+  // job), and a thread blocked on it takes tens of microseconds to wake.
+  static void lock_spinning(std::unique_lock<std::mutex>& lock) {
+    if (!spin_until([&] { return lock.try_lock(); })) lock.lock();
+  }
   // Waits a while for a job without sleeping: a loop of steps posts the next job well
   // within the spin, so its threads never sleep. After the spin, a thread sleeps until
   // it is woken.
@@ -180,7 +187,7 @@ private:
       if (open_.empty() && !stopping_) {  // spin a while first: the next job often comes soon
         lock.unlock();
         spin_for_work();
-        lock.lock();
+        lock_spinning(lock);
       }
       wake_.wait(lock, [&] { return stopping_ || !open_.empty(); });
       if (stopping_) return;
@@ -193,7 +200,7 @@ private:
       }
       lock.unlock();
       job.work(worker);
-      lock.lock();
+      lock_spinning(lock);
       if (job.working.fetch_sub(1, std::memory_order_acq_rel) == 1) done_.notify_all();  // the job's last touch
     }
   }
