@@ -13,9 +13,11 @@
 //      0..t0 + i (the causal mask, as its bound), the softmax, and softmax . V.
 //   3. attn_output = heads W_out^T + b_out, the rows of out_proj_weight streamed once.
 // All three run as one job of the library's thread pool (platform/threads.hpp): one
-// wake-up of its threads per step, not three. The tasks are numbered phase by phase and
-// taken in order, so a task of phase 2 waits only for tasks of phase 1 that some thread
-// has already taken and is finishing: it cannot wait for ever, whichever thread runs what.
+// wake-up of its threads per step, not three. Phases 1 and 2 run together per group of
+// heads (a head's attention needs only its own rows of q, k and v), so the step waits once,
+// before phase 3. The tasks are numbered phase by phase and taken in order, so a task of
+// phase 3 waits only for tasks that some thread has already taken and is finishing: it
+// cannot wait for ever, whichever thread runs what.
 //
 // The kernels are written once over a SIMD vector of the compiler's (`vector_size`) and
 // compiled for baseline x86-64 (16 bytes), AVX2 + FMA (32) and AVX-512 (64), picked at
@@ -182,6 +184,7 @@ template <class S, std::size_t C, class T>
     V acc[K] = {};
     for (std::size_t c = 0; c < C; ++c)
       for (std::size_t u = 0; u < K; ++u) {
+        __builtin_prefetch(keys + (j + u) * D + c * lanes + prefetch_distance<T>);  // a hint, as dot_block's
         V kv;
         S::load(kv, keys + (j + u) * D + c * lanes);
         acc[u] += qv[c] * kv;
@@ -209,6 +212,7 @@ template <class S, std::size_t C, class T>
   for (std::size_t j = 0; j < n; ++j) {
     const V pj = V{} + p[j];
     for (std::size_t c = 0; c < C; ++c) {
+      __builtin_prefetch(values + j * D + c * lanes + prefetch_distance<T>);
       V vv;
       S::load(vv, values + j * D + c * lanes);
       acc[c] += pj * vv;
@@ -323,6 +327,19 @@ inline void wait_for(const std::atomic<std::size_t>& done, std::size_t count) {
   }
 }
 
+// Run `task` of `runs` over `rows` rows: [first, last), a whole number of 4-row blocks
+// each but the last, so that each thread reads one stretch of memory from start to end,
+// as the hardware's prefetchers read best.
+inline std::pair<std::size_t, std::size_t> row_run(std::size_t rows, std::size_t runs, std::size_t task) {
+  const std::size_t per_run = ((rows + runs - 1) / runs + 3) & ~std::size_t(3);  // rounded up to 4 rows
+  return {std::min(rows, task * per_run), std::min(rows, (task + 1) * per_run)};
+}
+
+// Group `task` of `groups` of the H heads: [h0, h1), as even as they divide.
+inline std::pair<std::size_t, std::size_t> head_group(std::size_t H, std::size_t groups, std::size_t task) {
+  return {task * H / groups, (task + 1) * H / groups};
+}
+
 // A phase of the step: `tasks` tasks, numbered from `first` in the step's job; `done`
 // counts those finished.
 struct Phase {
@@ -357,31 +374,34 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
   const T* out_bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
   const T scale = textbook::attention_scale<T>(D);
 
-  // Tasks: 64 rows of a weight each (256 KiB of float at E = 1024), one batch-head each.
-  constexpr std::size_t rows_per_task = 64;
-  const std::size_t row_tasks = (E + rows_per_task - 1) / rows_per_task;  // per (E, E) weight
-  Phase project, attend, output;
-  project.tasks = 3 * row_tasks;
-  attend.first = project.tasks, attend.tasks = B;
-  output.first = attend.first + attend.tasks, output.tasks = row_tasks;
+  // Tasks: phases 1 and 2 together for one group of heads per worker, the rows of q, k and
+  // v those heads need in three contiguous runs (see head_group), then their attention,
+  // which needs nothing another thread computes; phase 3 in one contiguous run of
+  // out_proj's rows per worker (see row_run). (With fewer heads than threads, some threads
+  // have no group: a one-head module projects on one thread.)
+  const std::size_t groups = std::min(workers, z.H), runs = workers;
+  Phase heads_phase, output;
+  heads_phase.tasks = groups;
+  output.first = heads_phase.tasks, output.tasks = runs;
 
-  // 1. rows [r0, r1) of block `block` of q, k, v, for every row of x; k and v then into
-  //    the cache, q scaled.
-  auto project_rows = [&](std::size_t task) {
-    const std::size_t block = task / row_tasks, r0 = task % row_tasks * rows_per_task;
-    const std::size_t r1 = std::min(E, r0 + rows_per_task);
-    T* y = qkv + block * E;  // columns of this block, row m at y + m * 3E
-    run_at_width<MatvecRows>(in_weight(block), E, x, M, in_bias ? in_bias + block * E : nullptr, y, 3 * E, r0, r1);
-    for (std::size_t m = 0; m < M; ++m) {
-      T* row = y + m * 3 * E;
-      if (block == 0) {
-        for (std::size_t e = r0; e < r1; ++e) row[e] *= scale;  // PyTorch scales q after its bias
-        continue;
+  // 1. for heads [h0, h1): rows [h0 D, h1 D) of each of q, k, v, for every row of x; k and
+  //    v then into the cache, q scaled.
+  auto project_heads = [&](std::size_t h0, std::size_t h1) {
+    const std::size_t r0 = h0 * D, r1 = h1 * D;
+    for (std::size_t block = 0; block < 3; ++block) {
+      T* y = qkv + block * E;  // columns of this block, row m at y + m * 3E
+      run_at_width<MatvecRows>(in_weight(block), E, x, M, in_bias ? in_bias + block * E : nullptr, y, 3 * E, r0, r1);
+      for (std::size_t m = 0; m < M; ++m) {
+        T* row = y + m * 3 * E;
+        if (block == 0) {
+          for (std::size_t e = r0; e < r1; ++e) row[e] *= scale;  // PyTorch scales q after its bias
+          continue;
+        }
+        T* cached = block == 1 ? cache.k : cache.v;  // (B, cap, D)
+        const std::size_t n = z.sequence(m), position = cache.t0 + z.position(m);
+        for (std::size_t e = r0; e < r1; ++e)
+          cached[((n * z.H + e / D) * cache.capacity + position) * D + e % D] = row[e];
       }
-      T* cached = block == 1 ? cache.k : cache.v;  // (B, cap, D)
-      const std::size_t n = z.sequence(m), position = cache.t0 + z.position(m);
-      for (std::size_t e = r0; e < r1; ++e)
-        cached[((n * z.H + e / D) * cache.capacity + position) * D + e % D] = row[e];
     }
   };
   // 2. batch-head b = n * H + h: each new position against the keys it may see.
@@ -397,21 +417,20 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
   };
   // 3. rows [r0, r1) of out_proj_weight, for every row of the heads.
   auto output_rows = [&](std::size_t task) {
-    const std::size_t r0 = task * rows_per_task, r1 = std::min(E, r0 + rows_per_task);
+    const auto [r0, r1] = row_run(E, runs, task);
     run_at_width<MatvecRows>(params.out_proj_weight.data(), E, static_cast<const T*>(heads), M, out_bias, out, E, r0,
                              r1);
   };
 
   parallel_for(output.first + output.tasks, static_cast<int>(workers), [&](std::size_t task, std::size_t worker) {
-    if (project.has(task)) {
-      project_rows(task - project.first);
-      project.done.fetch_add(1, std::memory_order_release);
-    } else if (attend.has(task)) {
-      wait_for(project.done, project.tasks);
-      attend_head(task - attend.first, worker);
-      attend.done.fetch_add(1, std::memory_order_release);
+    if (heads_phase.has(task)) {
+      const auto [h0, h1] = head_group(z.H, groups, task);
+      project_heads(h0, h1);
+      for (std::size_t n = 0; n < z.N; ++n)
+        for (std::size_t h = h0; h < h1; ++h) attend_head(n * z.H + h, worker);
+      heads_phase.done.fetch_add(1, std::memory_order_release);
     } else {
-      wait_for(attend.done, attend.tasks);
+      wait_for(heads_phase.done, heads_phase.tasks);
       output_rows(task - output.first);
     }
   });

@@ -69,7 +69,9 @@ struct ParallelJob {
   std::size_t count, workers;
   std::atomic<std::size_t> next{0};  // the next task to take
   std::size_t joined = 1;            // threads that took part, the caller first (under the pool's mutex)
-  std::size_t working = 1;           // of them, those not yet done with it (under the pool's mutex)
+  // of them, those not yet done with it: changed under the pool's mutex, read without it
+  // by the caller's spin (ThreadPool::wait_for_helpers)
+  std::atomic<std::size_t> working{1};
   std::atomic<bool> failed{false};
   std::exception_ptr failure;  // the first exception a task threw
 
@@ -108,10 +110,12 @@ public:
     }
     wake_.notify_all();
     job.work(0);
-    std::unique_lock lock(mutex_);
+    std::unique_lock lock(mutex_, std::defer_lock);
+    lock_spinning(lock);
     close(job);  // no thread joins it from now on
-    --job.working;
-    done_.wait(lock, [&] { return job.working == 0; });
+    if (--job.working == 0) return;
+    lock.unlock();
+    wait_for_helpers(job);
   }
 
   ThreadPool() = default;
@@ -140,21 +144,42 @@ private:
     if (it != open_.end()) open_.erase(it);
     posted_.store(open_.size(), std::memory_order_relaxed);
   }
-  // Waits up to `spin_time` for a job without sleeping. A sleeping thread takes tens of
-  // microseconds to wake, as long as a whole decoding step's share of work; a loop of
-  // steps posts the next job well within the spin, so its threads never sleep. After the
-  // spin, a thread sleeps until it is woken.
-  void spin_for_work() const {
+  // Spins up to 200 microseconds, without sleeping, until ready() holds; whether it did.
+  // A sleeping thread takes tens of microseconds to wake, as long as a whole decoding
+  // step's share of work.
+  template <class Ready>
+  static bool spin_until(Ready ready) {
     constexpr auto spin_time = std::chrono::microseconds(200);
     const auto until = std::chrono::steady_clock::now() + spin_time;
-    while (posted_.load(std::memory_order_relaxed) == 0) {
+    while (!ready()) {
       for (int i = 0; i < 64; ++i) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
       }
-      if (std::chrono::steady_clock::now() > until) return;
+      if (std::chrono::steady_clock::now() > until) return false;
     }
+    return true;
+  }
+  // Takes the pool's mutex, trying for a while before it blocks: whoever holds it lets it
+  // go within a microsecond (a caller posting a job holds it as a spinning thread sees the
+  // job), and a thread blocked on it takes tens of microseconds to wake.
+  static void lock_spinning(std::unique_lock<std::mutex>& lock) {
+    if (!spin_until([&] { return lock.try_lock(); })) lock.lock();
+  }
+  // Waits a while for a job without sleeping: a loop of steps posts the next job well
+  // within the spin, so its threads never sleep. After the spin, a thread sleeps until
+  // it is woken.
+  void spin_for_work() const {
+    spin_until([&] { return posted_.load(std::memory_order_relaxed) != 0; });
+  }
+  // Waits until the pool threads that joined `job` are done with it: spinning first (they
+  // are usually a few microseconds from the end), then asleep until the last one wakes it.
+  void wait_for_helpers(ParallelJob& job) {
+    auto finished = [&] { return job.working.load(std::memory_order_acquire) == 0; };
+    if (spin_until(finished)) return;
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, finished);
   }
   void serve() {
     std::unique_lock lock(mutex_);
@@ -162,7 +187,7 @@ private:
       if (open_.empty() && !stopping_) {  // spin a while first: the next job often comes soon
         lock.unlock();
         spin_for_work();
-        lock.lock();
+        lock_spinning(lock);
       }
       wake_.wait(lock, [&] { return stopping_ || !open_.empty(); });
       if (stopping_) return;
@@ -175,8 +200,8 @@ private:
       }
       lock.unlock();
       job.work(worker);
-      lock.lock();
-      if (--job.working == 0) done_.notify_all();  // the job's last touch by this thread
+      lock_spinning(lock);
+      if (job.working.fetch_sub(1, std::memory_order_acq_rel) == 1) done_.notify_all();  // the job's last touch
     }
   }
 
