@@ -86,9 +86,9 @@ void head_forward(SavedForward<T>& s, const StridedHeads<const T>& q_scaled, con
 // at the same shapes: at (1024, 1, 1024, 16) its softmax alone is 64 MiB, which the
 // allocator would map afresh (and the machine fault in, page by page) on every call. So a
 // record let go (ForwardRecord's destructor) leaves its tensors (the inputs' sequence-first
-// copies, the heads, P, the merged heads) to its thread, and that
-// thread's next training forward writes into them: a tensor of the same size keeps its
-// storage. release_thread_buffers() frees them with the rest.
+// copies, the heads, P, the merged heads) to its thread, and that thread's next training
+// forward writes into them: a tensor of the same size keeps its storage.
+// release_thread_buffers() frees them with the rest.
 template <class T>
 void keep_spare_record(SavedForward<T>&& record) noexcept {
   // moved from, nothing worth keeping, or a record let go as its thread ends
