@@ -317,8 +317,9 @@ textbook::Gradients<T> fast_backward(const Options& options, const textbook::Par
   const bool one_linear = params.packed && s.aliasing == textbook::Aliasing::self_attention && !options.add_bias_kv;
   const std::size_t width = one_linear ? 3 * E : E;
   T* dq = ws.get(L * N * width);
-  T* dk = one_linear ? dq + E : ws.get(S_keys * N * E);
-  T* dv = one_linear ? dq + 2 * E : ws.get(S_keys * N * E);
+  // (an empty L or batch gets no storage: dq is null, and so are the columns beside it)
+  T* dk = one_linear ? (dq ? dq + E : nullptr) : ws.get(S_keys * N * E);
+  T* dv = one_linear ? (dq ? dq + 2 * E : nullptr) : ws.get(S_keys * N * E);
   // An empty L, S' or batch leaves zeros: no product to take, no data to point into.
   const bool products = L > 0 && S_total > 0 && B > 0;
   if (!products) {
