@@ -34,6 +34,7 @@
 #include <atomic>
 #include <benchmark/benchmark.h>
 #include <chrono>
+#include <cstring>
 #include <thread>
 #include <sys/resource.h>
 #if MHA_ONEDNN
@@ -298,24 +299,51 @@ void bench_sgemm(benchmark::State& state, std::size_t n, mha::GemmLibrary librar
 // The read bandwidth: a buffer of floats read from start to end, again and again, as a
 // steady loop of decoding steps reads its weights and its cache. The buffer is cut into one
 // contiguous part per thread; the caller reads the first part and each helper thread one
-// other, every helper spinning between reads (as the library's pool does), so that a read
-// pays no thread start. Each part is summed into 32 independent accumulators (lanes the
-// compiler turns into vector registers: the loads, not the additions, are the limit), and
-// the sums are kept so that no read can be left out.
+// other, the same part every time, every helper spinning between reads (as the library's
+// pool does), so that a read pays no thread start. Each part is read as fast as this
+// program knows how (sum_of): the bound a step is measured against must be the machine's,
+// not a slow loop's. The sums are kept so that no read can be left out.
 struct alignas(64) PartSum {  // one thread's sum, on a cache line of its own
   float value = 0.0f;
 };
 
-float sum_of(const float* part, std::size_t count) {
-  constexpr std::size_t lanes = 32;  // 8 SSE registers, 4 AVX or 2 AVX-512: all stay in registers
-  std::array<float, lanes> acc{};
+// The sum of count floats from `part`, in the compiler's vectors of `Bytes` bytes: eight
+// independent accumulators (the loads, not the additions, are the limit), each 64-byte
+// line asked for 2 KiB ahead of its read, as the decoding step asks for its weights (a
+// plain loop of 16-byte loads, without the hints, reads a step's working set much slower).
+template <std::size_t Bytes>
+[[gnu::always_inline]] inline float sum_at_width(const float* part, std::size_t count) {
+  using V [[gnu::vector_size(Bytes)]] = float;
+  constexpr std::size_t lanes = Bytes / sizeof(float), accumulators = 8, line = 64 / sizeof(float);
+  constexpr std::size_t ahead = 2048 / sizeof(float);
+  std::array<V, accumulators> acc{};
   std::size_t i = 0;
-  for (; i + lanes <= count; i += lanes)
-    for (std::size_t j = 0; j < lanes; ++j) acc[j] += part[i + j];
-  for (; i < count; ++i) acc[0] += part[i];
+  for (; i + accumulators * lanes <= count; i += accumulators * lanes)
+    for (std::size_t j = 0; j < accumulators; ++j) {
+      if ((j * lanes) % line == 0) __builtin_prefetch(part + i + j * lanes + ahead);  // a hint: never faults
+      V v;
+      std::memcpy(&v, part + i + j * lanes, sizeof v);
+      acc[j] += v;
+    }
   float total = 0.0f;
-  for (float a : acc) total += a;
+  for (const V& a : acc)
+    for (std::size_t l = 0; l < lanes; ++l) total += a[l];
+  for (; i < count; ++i) total += part[i];
   return total;
+}
+#if defined(__x86_64__)
+[[gnu::target("avx512f")]] float sum_avx512(const float* part, std::size_t count) {
+  return sum_at_width<64>(part, count);
+}
+[[gnu::target("avx2")]] float sum_avx2(const float* part, std::size_t count) { return sum_at_width<32>(part, count); }
+#endif
+// At the widest vectors this CPU has.
+float sum_of(const float* part, std::size_t count) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) return sum_avx512(part, count);
+  if (__builtin_cpu_supports("avx2")) return sum_avx2(part, count);
+#endif
+  return sum_at_width<16>(part, count);
 }
 
 class ReadTeam {

@@ -340,12 +340,32 @@ inline std::pair<std::size_t, std::size_t> head_group(std::size_t H, std::size_t
   return {task * H / groups, (task + 1) * H / groups};
 }
 
-// A phase of the step: `tasks` tasks, numbered from `first` in the step's job; `done`
-// counts those finished.
+// A phase of the step: `tasks` tasks, numbered from `first` in the step's job, each the
+// work of one part (a group of heads, a run of rows); `done` counts those finished.
+//
+// Which part a task works on is claimed, not given by the task's number: worker w takes
+// part w while it is free, so that from one step to the next each thread reads the same
+// weights and the same cached heads. Where each core has a cache of its own (two cores on
+// two chiplets, each with its own L3), the step's 16 MiB of weights then stay split
+// between the two caches; read by the other thread now and then, they come from memory.
+// A worker whose own part is taken (a thread that joined late, or the caller doing the
+// whole job alone) takes the first free one. Each task claims one part, so one is free.
 struct Phase {
+  static constexpr std::size_t max_parts = 64;  // the bits of `taken`
   std::size_t first = 0, tasks = 0;
+  std::atomic<std::uint64_t> taken{0};
   std::atomic<std::size_t> done{0};
   bool has(std::size_t task) const { return task >= first && task < first + tasks; }
+  std::size_t claim(std::size_t worker) {
+    const std::size_t own = worker % tasks;
+    if ((taken.fetch_or(std::uint64_t(1) << own, std::memory_order_relaxed) & (std::uint64_t(1) << own)) == 0)
+      return own;
+    for (;;) {
+      std::uint64_t seen = taken.load(std::memory_order_relaxed);
+      const auto part = static_cast<std::size_t>(__builtin_ctzll(~seen));  // the first free part
+      if (taken.compare_exchange_weak(seen, seen | (std::uint64_t(1) << part), std::memory_order_relaxed)) return part;
+    }
+  }
 };
 
 // One decoding step: x (M, E) in the module's layout, its k and v written into the cache
@@ -355,7 +375,7 @@ struct Phase {
 template <class T>
 void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, const T* x, const CacheView<T>& cache,
                  T* out, int threads) {
-  const std::size_t M = z.M(), E = z.E, D = z.D, B = z.N * z.H;
+  const std::size_t M = z.M(), E = z.E, D = z.D;
   Workspace<T>& ws = Workspace<T>::of_this_thread();
   T* qkv = ws.get(M * 3 * E);  // (M, 3E): [q | k | v] of each row of x
   T* heads = ws.get(M * E);    // (M, E): the heads side by side, in x's layout
@@ -379,7 +399,8 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
   // which needs nothing another thread computes; phase 3 in one contiguous run of
   // out_proj's rows per worker (see row_run). (With fewer heads than threads, some threads
   // have no group: a one-head module projects on one thread.)
-  const std::size_t groups = std::min(workers, z.H), runs = workers;
+  const std::size_t groups = std::min({workers, z.H, Phase::max_parts});
+  const std::size_t runs = std::min(workers, Phase::max_parts);
   Phase heads_phase, output;
   heads_phase.tasks = groups;
   output.first = heads_phase.tasks, output.tasks = runs;
@@ -416,22 +437,22 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
     }
   };
   // 3. rows [r0, r1) of out_proj_weight, for every row of the heads.
-  auto output_rows = [&](std::size_t task) {
-    const auto [r0, r1] = row_run(E, runs, task);
+  auto output_rows = [&](std::size_t run) {
+    const auto [r0, r1] = row_run(E, runs, run);
     run_at_width<MatvecRows>(params.out_proj_weight.data(), E, static_cast<const T*>(heads), M, out_bias, out, E, r0,
                              r1);
   };
 
   parallel_for(output.first + output.tasks, static_cast<int>(workers), [&](std::size_t task, std::size_t worker) {
     if (heads_phase.has(task)) {
-      const auto [h0, h1] = head_group(z.H, groups, task);
+      const auto [h0, h1] = head_group(z.H, groups, heads_phase.claim(worker));
       project_heads(h0, h1);
       for (std::size_t n = 0; n < z.N; ++n)
         for (std::size_t h = h0; h < h1; ++h) attend_head(n * z.H + h, worker);
       heads_phase.done.fetch_add(1, std::memory_order_release);
     } else {
       wait_for(heads_phase.done, heads_phase.tasks);
-      output_rows(task - output.first);
+      output_rows(output.claim(worker));
     }
   });
   ws.keep_within_limit();
