@@ -320,24 +320,18 @@ void run_at_width(Args... args) {
 // machine busier than its cores, the thread it waits for may need this one's core).
 inline void wait_for(const std::atomic<std::size_t>& done, std::size_t count) {
   for (std::size_t spins = 1; done.load(std::memory_order_acquire) < count; ++spins) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
+    spin_pause();
     if (spins % 1024 == 0) std::this_thread::yield();
   }
 }
 
-// Run `task` of `runs` over `rows` rows: [first, last), a whole number of 4-row blocks
-// each but the last, so that each thread reads one stretch of memory from start to end,
-// as the hardware's prefetchers read best.
-inline std::pair<std::size_t, std::size_t> row_run(std::size_t rows, std::size_t runs, std::size_t task) {
-  const std::size_t per_run = ((rows + runs - 1) / runs + 3) & ~std::size_t(3);  // rounded up to 4 rows
-  return {std::min(rows, task * per_run), std::min(rows, (task + 1) * per_run)};
-}
-
-// Group `task` of `groups` of the H heads: [h0, h1), as even as they divide.
-inline std::pair<std::size_t, std::size_t> head_group(std::size_t H, std::size_t groups, std::size_t task) {
-  return {task * H / groups, (task + 1) * H / groups};
+// Part `part` of `parts` of n items: [first, last), as even as whole blocks of `block`
+// items allow. Each thread's part is one stretch of memory, read from start to end, as
+// the hardware's prefetchers read best; out_proj's rows go in blocks of 4 (dot_block's).
+inline std::pair<std::size_t, std::size_t> part_of(std::size_t n, std::size_t parts, std::size_t part,
+                                                   std::size_t block = 1) {
+  const std::size_t blocks = (n + block - 1) / block;
+  return {std::min(n, part * blocks / parts * block), std::min(n, (part + 1) * blocks / parts * block)};
 }
 
 // A phase of the step: `tasks` tasks, numbered from `first` in the step's job, each the
@@ -395,9 +389,9 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
   const T scale = textbook::attention_scale<T>(D);
 
   // Tasks: phases 1 and 2 together for one group of heads per worker, the rows of q, k and
-  // v those heads need in three contiguous runs (see head_group), then their attention,
+  // v those heads need in three contiguous runs (see part_of), then their attention,
   // which needs nothing another thread computes; phase 3 in one contiguous run of
-  // out_proj's rows per worker (see row_run). (With fewer heads than threads, some threads
+  // out_proj's rows per worker (see part_of). (With fewer heads than threads, some threads
   // have no group: a one-head module projects on one thread.)
   const std::size_t groups = std::min({workers, z.H, Phase::max_parts});
   const std::size_t runs = std::min(workers, Phase::max_parts);
@@ -438,14 +432,14 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
   };
   // 3. rows [r0, r1) of out_proj_weight, for every row of the heads.
   auto output_rows = [&](std::size_t run) {
-    const auto [r0, r1] = row_run(E, runs, run);
+    const auto [r0, r1] = part_of(E, runs, run, 4);
     run_at_width<MatvecRows>(params.out_proj_weight.data(), E, static_cast<const T*>(heads), M, out_bias, out, E, r0,
                              r1);
   };
 
   parallel_for(output.first + output.tasks, static_cast<int>(workers), [&](std::size_t task, std::size_t worker) {
     if (heads_phase.has(task)) {
-      const auto [h0, h1] = head_group(z.H, groups, heads_phase.claim(worker));
+      const auto [h0, h1] = part_of(z.H, groups, heads_phase.claim(worker));
       project_heads(h0, h1);
       for (std::size_t n = 0; n < z.N; ++n)
         for (std::size_t h = h0; h < h1; ++h) attend_head(n * z.H + h, worker);

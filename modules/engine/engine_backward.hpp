@@ -97,23 +97,8 @@ void keep_spare_gradients(textbook::Gradients<T>&& gradients) noexcept {
   // moved from, nothing worth keeping, or gradients let go as their thread ends
   if (bytes == 0 || Workspace<T>::gone()) return;
   Workspace<T>& ws = Workspace<T>::mine();
-  try {
-    ws.spare_gradients = std::make_shared<textbook::Gradients<T>>(std::move(gradients));
-    ws.spare_gradients_bytes = bytes;
-    ws.keep_within_limit();
-  } catch (const std::bad_alloc&) {
-    ws.spare_gradients.reset();  // no memory to keep them: the gradients are freed, and nothing is kept
-    ws.spare_gradients_bytes = 0;
-  }
-}
-
-template <class T>
-textbook::Gradients<T> take_spare_gradients(Workspace<T>& ws) {
-  if (!ws.spare_gradients) return {};
-  textbook::Gradients<T> spare = std::move(*std::static_pointer_cast<textbook::Gradients<T>>(ws.spare_gradients));
-  ws.spare_gradients.reset();
-  ws.spare_gradients_bytes = 0;
-  return spare;
+  ws.spare_gradients.keep(std::move(gradients), bytes);
+  ws.keep_within_limit();
 }
 
 // A gradient of `shape`, in the storage of `spare` when that holds as many values (resize
@@ -296,7 +281,8 @@ textbook::Gradients<T> fast_backward(const Options& options, const textbook::Par
   // the in-projection's dX per use) live in this thread's buffers, kept between calls
   // (platform/workspace.hpp); the gradients returned in the storage of those let go.
   Workspace<T>& ws = Workspace<T>::of_this_thread();
-  textbook::Gradients<T> spare = take_spare_gradients(ws);  // gradients let go earlier: their storage, reused
+  auto spare =
+      ws.spare_gradients.template take<textbook::Gradients<T>>();  // gradients let go earlier: their storage, reused
   textbook::Gradients<T> out;
 
   // 10) the caller's layout undone: dY (L, N, E), read where it is unless batch_first

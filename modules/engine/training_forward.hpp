@@ -93,18 +93,12 @@ template <class T>
 void keep_spare_record(SavedForward<T>&& record) noexcept {
   // moved from, nothing worth keeping, or a record let go as its thread ends
   if (record.probabilities.size() == 0 || Workspace<T>::gone()) return;
+  const std::size_t bytes =
+      sizeof(T) * (record.query.size() + record.key.size() + record.value.size() + record.qh.size() + record.kh.size() +
+                   record.vh.size() + record.probabilities.size() + record.weights.size() + record.merged.size());
   Workspace<T>& ws = Workspace<T>::mine();
-  try {
-    const std::size_t bytes = sizeof(T) * (record.query.size() + record.key.size() + record.value.size() +
-                                           record.qh.size() + record.kh.size() + record.vh.size() +
-                                           record.probabilities.size() + record.weights.size() + record.merged.size());
-    ws.spare_record = std::make_shared<SavedForward<T>>(std::move(record));
-    ws.spare_record_bytes = bytes;
-    ws.keep_within_limit();
-  } catch (const std::bad_alloc&) {
-    ws.spare_record.reset();  // no memory to keep it: the record is freed, and nothing is kept
-    ws.spare_record_bytes = 0;
-  }
+  ws.spare_record.keep(std::move(record), bytes);
+  ws.keep_within_limit();
 }
 
 // x made sequence-first and batched, as textbook::to_seq_first_batched makes it, written into
@@ -118,15 +112,6 @@ xt::xtensor<T, 3> seq_first_into(const xt::xarray<T>& x, bool batch_first, xt::x
       std::copy_n(x.data() + layout.row(i, n) * layout.width, layout.width,
                   y.data() + (i * layout.N + n) * layout.width);
   return y;
-}
-
-template <class T>
-SavedForward<T> take_spare_record(Workspace<T>& ws) {
-  if (!ws.spare_record) return {};
-  SavedForward<T> spare = std::move(*std::static_pointer_cast<SavedForward<T>>(ws.spare_record));
-  ws.spare_record.reset();
-  ws.spare_record_bytes = 0;
-  return spare;
 }
 
 template <class T>
@@ -149,7 +134,7 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const text
   const std::optional<xt::xtensor<T, 3>> none;
   const auto& bias_k = options.add_bias_kv ? params.bias_k : none;  // (1, 1, E)
   const auto& bias_v = options.add_bias_kv ? params.bias_v : none;
-  SavedForward<T> spare = take_spare_record<T>(ws);  // a record let go earlier: its storage, reused
+  auto spare = ws.spare_record.template take<SavedForward<T>>();  // a record let go earlier: its storage, reused
   auto qh = heads_of(q_view, L, L, N, H, D, none, c.threads, std::move(spare.qh));       // (N*H, L, D)
   auto kh = heads_of(p.k, S, S_total, N, H, D, bias_k, c.threads, std::move(spare.kh));  // (N*H, S', D)
   auto vh = heads_of(p.v, S, S_total, N, H, D, bias_v, c.threads, std::move(spare.vh));  // (N*H, S', D)

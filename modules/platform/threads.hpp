@@ -60,6 +60,15 @@ namespace mha::detail {
 // The threads a fast forward or backward splits its work over: the library's setting.
 int engine_threads() { return num_threads(); }
 
+// One turn of a thread that waits by spinning: PAUSE tells the core (and the hypervisor of
+// a virtual machine) that this thread is only waiting, so that it yields the core's shared
+// resources meanwhile.
+inline void spin_pause() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // One parallel_for call: `count` tasks, taken in turn by up to `workers` threads.
 struct ParallelJob {
   ParallelJob(const std::function<void(std::size_t, std::size_t)>& t, std::size_t n, std::size_t w)
@@ -152,11 +161,7 @@ private:
     constexpr auto spin_time = std::chrono::microseconds(200);
     const auto until = std::chrono::steady_clock::now() + spin_time;
     while (!ready()) {
-      for (int i = 0; i < 64; ++i) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-      }
+      for (int i = 0; i < 64; ++i) spin_pause();
       if (std::chrono::steady_clock::now() > until) return false;
     }
     return true;

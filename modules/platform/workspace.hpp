@@ -51,6 +51,38 @@ struct DefaultInit : std::allocator<T> {
   }
 };
 
+// One object a thread let go (a training record, a set of gradients) and kept for its next
+// call to write into, with the bytes its tensors hold; of a type this layer need not know.
+struct Spare {
+  std::shared_ptr<void> object;
+  std::size_t bytes = 0;
+
+  // Keeps `kept` (holding `size` bytes) in place of what was kept before. Out of memory it
+  // keeps nothing, and `kept` is freed by its owner as it would have been.
+  template <class Object>
+  void keep(Object&& kept, std::size_t size) noexcept {
+    try {
+      object = std::make_shared<std::remove_cvref_t<Object>>(std::forward<Object>(kept));
+      bytes = size;
+    } catch (const std::bad_alloc&) {
+      clear();
+    }
+  }
+  // What was kept, moved out and no longer kept (an empty Object when nothing was).
+  template <class Object>
+  Object take() {
+    if (!object) return {};
+    Object kept = std::move(*std::static_pointer_cast<Object>(object));
+    clear();
+    return kept;
+  }
+  void clear() noexcept {
+    object.reset();
+    bytes = 0;
+  }
+  std::size_t held() const { return object ? bytes : 0; }
+};
+
 // One calling thread's buffers for element type T.
 template <class T>
 struct Workspace {
@@ -59,14 +91,10 @@ struct Workspace {
   std::vector<std::vector<T>> slots;    // q, k, v, the extended keys, the heads, the weights
   std::size_t used = 0;                 // slots handed out in this forward()
   std::vector<std::vector<T>> scratch;  // per worker: (rows, S') scores, or a (Tq, Tk) tile
-  // The tensors of the last training record this thread let go, for the next training
-  // forward to write into (engine/training_forward.hpp); of a type this layer need not know.
-  std::shared_ptr<void> spare_record;
-  std::size_t spare_record_bytes = 0;
-  // The tensors of the last gradients this thread let go, for the next backward to write
-  // into (engine/engine_backward.hpp); of a type this layer need not know either.
-  std::shared_ptr<void> spare_gradients;
-  std::size_t spare_gradients_bytes = 0;
+  // The last training record this thread let go, for the next training forward to write
+  // into (engine/training_forward.hpp), and the last gradients, for the next backward
+  // (engine/engine_backward.hpp).
+  Spare spare_record, spare_gradients;
 
   // The calling thread's, as it stands; `of_this_thread` for a new forward.
   static Workspace& mine() {
@@ -98,16 +126,14 @@ struct Workspace {
     std::size_t n = 0;
     for (const auto& s : slots) n += s.capacity();
     for (const auto& s : scratch) n += s.capacity();
-    return n * sizeof(T) + (spare_record ? spare_record_bytes : 0) + (spare_gradients ? spare_gradients_bytes : 0);
+    return n * sizeof(T) + spare_record.held() + spare_gradients.held();
   }
   void release() {
     slots = {};
     scratch = {};
     used = 0;
-    spare_record.reset();
-    spare_record_bytes = 0;
-    spare_gradients.reset();
-    spare_gradients_bytes = 0;
+    spare_record.clear();
+    spare_gradients.clear();
   }
   // At the end of a forward or backward: everything goes if it holds more than the limit.
   void keep_within_limit() {
