@@ -84,6 +84,16 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
 };
 
+// The library's thread count for the rest of a test, put back as it was at the end of the
+// test, whether it passes or fails.
+struct LibraryThreadCount {
+  int before = mha::num_threads();
+  explicit LibraryThreadCount(int threads) { mha::set_num_threads(threads); }
+  LibraryThreadCount(const LibraryThreadCount&) = delete;
+  LibraryThreadCount& operator=(const LibraryThreadCount&) = delete;
+  ~LibraryThreadCount() { mha::set_num_threads(before); }
+};
+
 // The message of the mha::Error that `f` throws; fails the test if it throws none.
 template <class F>
 std::string error_of(F&& f) {
