@@ -4,7 +4,7 @@
 // (attention_problem.hpp), the softmax row kernels (softmax_kernels.hpp), every batch-head as
 // two GEMMs (fast_attention.hpp), tiles and an online softmax (flash_attention.hpp), the fast
 // forward (engine.hpp) and backward (engine_backward.hpp), and forward_for_backward() on the
-// engine (training_forward.hpp), and a KV cache's decoding step (decode_step.hpp). Skip it on a first reading: the tests hold it to the textbook.
+// engine (training_forward.hpp), and a KV cache's decoding step (decode_step.hpp) on its own copy of the weights (decode_weights.hpp). Skip it on a first reading: the tests hold it to the textbook.
 //
 // One module unit per layer, each file one idea: docs/building.md says why.
 module;
@@ -24,6 +24,7 @@ import :textbook;
 #include "engine/attention_tiles.hpp"
 #include "engine/fast_attention.hpp"
 #include "engine/flash_attention.hpp"
+#include "engine/decode_weights.hpp"
 #include "engine/engine.hpp"
 #include "engine/engine_backward.hpp"
 #include "engine/training_forward.hpp"

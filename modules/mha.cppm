@@ -48,6 +48,8 @@
 //     engine.hpp              the fast forward: buffers, W^T, the fewest GEMMs, steps 3 to 10
 //     engine_backward.hpp     the fast backward: GEMMs over strided heads, from a saved forward
 //     training_forward.hpp    forward_for_backward() on the engine: its GEMMs, the reference's record
+//     decode_weights.hpp      the decoding step's copy of the weights, four rows as one stream
+//     decode_step.hpp         one decoding step with a KV cache, at the speed of reading its bytes
 //   mha:api       (api.cppm, api/) what a PyTorch user calls
 //     attention_paths.hpp     the one choice of path: reference or engine, steps 3 to 10
 //     functional.hpp          F.multi_head_attention_forward itself, argument for argument

@@ -234,9 +234,10 @@ struct DecodePair {
 
 DecodePair decode_pair(mha::Options options) {
   mha::MultiheadAttention<float> m(options, 21);
+  const auto e = static_cast<std::size_t>(options.embed_dim);
   if (options.bias) {  // biases that show when misplaced
-    m.set_parameter("in_proj_bias", random_input<float>({3 * 256}, 22));
-    m.set_parameter("out_proj.bias", random_input<float>({256}, 24));
+    m.set_parameter("in_proj_bias", random_input<float>({3 * e}, 22));
+    m.set_parameter("out_proj.bias", random_input<float>({e}, 24));
   }
   m.eval();
   DecodePair pair{m, m};
@@ -263,11 +264,15 @@ TEST_CASE("the engine's decoding step equals the reference at every SIMD level, 
           "[decoding]") {
   mha::set_num_threads(2);
   const std::size_t n = 3, len = 9;
-  const auto x = random_input<float>({len, n, 256}, 23);  // (T, N, E)
+  // E = 258, H = 6: rows of 16 whole chunks of 16 columns and 2 more (the interleaved
+  // copy's tail, engine/decode_weights.hpp), 258 rows (a last block of 2 rows, filled up
+  // with zeros), D = 43 (each thread's first and last rows of q, k and v inside a block)
   for (const auto& [name, options] :
        {std::pair{"packed", mha::Options{.embed_dim = 256, .num_heads = 8}},
         std::pair{"separate", mha::Options{.embed_dim = 256, .num_heads = 8, .separate_projections = true}},
-        std::pair{"no bias", mha::Options{.embed_dim = 256, .num_heads = 8, .bias = false}}}) {
+        std::pair{"no bias", mha::Options{.embed_dim = 256, .num_heads = 8, .bias = false}},
+        std::pair{"E = 258, D = 43", mha::Options{.embed_dim = 258, .num_heads = 6}}}) {
+    const auto x = random_input<float>({len, n, static_cast<std::size_t>(options.embed_dim)}, 23);  // (T, N, E)
     auto [reference, engine] = decode_pair(options);
     mha::KVCache<float> expected_cache;
     const auto expected = decode_prompt_then_tokens(reference, x, expected_cache);
@@ -307,6 +312,40 @@ TEST_CASE("the engine's decoding step equals the reference on any thread count, 
       const auto got = decode_prompt_then_tokens(engine, x, cache);
       require_close<float>("engine step vs reference", got, expected, 1.3e-6, 1e-5);  // as the case above
       require_close<float>("cached keys", cache.static_k(), expected_cache.static_k(), 1.3e-6, 1e-5);
+    }
+  }
+}
+
+TEST_CASE("the engine's decoding step reads the weights as they are now, not as they were at its last step",
+          "[decoding]") {
+  // The step reads its own interleaved copy of the weights (engine/decode_weights.hpp),
+  // made again when the weights change: each weight set between two steps must show.
+  mha::set_num_threads(2);
+  const std::size_t n = 2, len = 8;
+  const auto x = random_input<float>({len, n, 256}, 26);  // (T, N, E)
+  for (const bool separate : {false, true}) {
+    auto [reference, engine] =
+        decode_pair(mha::Options{.embed_dim = 256, .num_heads = 8, .separate_projections = separate});
+    mha::KVCache<float> expected_cache, cache;
+    std::uint64_t seed = 27;
+    for (std::size_t t = 0; t < len; ++t) {
+      // before steps 2 and 4 the in-projection changes, before steps 5 and 6 out_proj
+      std::vector<std::string> changed;
+      if (t == 2 || t == 4)
+        changed = separate ? std::vector<std::string>{"q_proj_weight", "k_proj_weight", "v_proj_weight"}
+                           : std::vector<std::string>{"in_proj_weight"};
+      if (t == 5 || t == 6) changed = {"out_proj.weight"};
+      for (const auto& weight : changed) {
+        const auto shape = reference.parameter(weight).shape();
+        // uniform in (-1/16, 1/16) = (-1/sqrt(E), 1/sqrt(E)), the scale of the module's own weights
+        const xt::xarray<float> value =
+            random_input<float>(std::vector<std::size_t>(shape.begin(), shape.end()), seed++) / 16.0f;
+        reference.set_parameter(weight, value), engine.set_parameter(weight, value);
+      }
+      INFO((separate ? "separate" : "packed") << ", step " << t);
+      const xt::xarray<float> token = xt::view(x, xt::range(t, t + 1), xt::all(), xt::all());  // (1, N, E)
+      require_close<float>("engine step vs reference", cache.step(engine, token).attn_output,
+                           expected_cache.step(reference, token).attn_output, 1.3e-6, 1e-5);  // as the cases above
     }
   }
 }

@@ -373,7 +373,8 @@ private:
     const double bytes = sizeof(T) * (4.0 * double(E * E) + 2.0 * double(g.N * E * (room.t0 + g.L)));
     Output<T> out;
     out.attn_output = xt::xarray<T>::from_shape(x.shape());  // the query's layout
-    detail::decode_step(params_, z, x.data(), room, out.attn_output.data(),
+    const auto weights = engine_.decode_weights(params_);    // interleaved, made once per version
+    detail::decode_step(params_, *weights, z, x.data(), room, out.attn_output.data(),
                         detail::threads_for(bytes, /*threshold=*/double(1 << 20), detail::engine_threads()));
     cache.commit(g.L);
     return out;

@@ -5,7 +5,8 @@
 // multiplies every weight once and reads every cached key and value once: there is
 // almost nothing to compute per byte read, so the step is as fast as memory is. Three
 // phases, the same mathematics as the forward (textbook/reference_forward.hpp):
-//   1. q, k, v = x W_in^T + b_in: the rows of in_proj_weight (3E, E) streamed once, each
+//   1. q, k, v = x W_in^T + b_in: the rows of in_proj_weight (3E, E) streamed once, from
+//      the step's interleaved copy (decode_weights.hpp: four rows one stream), each
 //      row dotted with the M rows of x (matrix-vector products, not a GEMM: a GEMM
 //      packs its operands, which for M = 1 costs as much as the product). q is scaled by
 //      sqrt(1/D) as PyTorch scales it; k and v go straight into the cache.
@@ -29,7 +30,7 @@
 //
 // Included by modules/engine.cppm, in its module purview: no module line of its own.
 // Uses platform/cpu.hpp, platform/threads.hpp, platform/workspace.hpp, textbook/parameters.hpp,
-// textbook/in_projection.hpp, textbook/attention.hpp, softmax_kernels.hpp.
+// textbook/attention.hpp, softmax_kernels.hpp, decode_weights.hpp.
 
 namespace mha::detail {
 
@@ -94,91 +95,75 @@ template <class T>
   return reinterpret_cast<const void*>(address);  // NOLINT(performance-no-int-to-ptr): a hint's address
 }
 
-// y[m * ldy + r] = W[r] . x[m] + b[r] for the R rows r0 .. r0 + R - 1 of W (rows of length
-// `in`) and the G rows of x from x0: R * G accumulators, so that each row of W is loaded
-// once per G rows of x.
+// y[g * ldy + r0 + i] = W[r0 + i] . x[g] + b[r0 + i] for the R rows i = 0 .. R - 1 from r0,
+// all in one block of W's interleaved copy (decode_weights.hpp), and the G rows of x from
+// x0: R * G accumulators, so that each load of x serves R rows. R = 4 from the block's
+// first row reads the block as one stream; R = 1 reads one row of it (a run of rows that
+// starts or ends inside a block).
 template <class S, std::size_t R, std::size_t G, class T>
-[[gnu::always_inline]] inline void dot_block(const T* w, std::size_t in, const T* x0, std::size_t ldx, const T* bias,
+[[gnu::always_inline]] inline void dot_block(const InterleavedRows<T>& w, const T* x0, std::size_t ldx, const T* bias,
                                              T* y0, std::size_t ldy, std::size_t r0) {
   using V = typename S::V;
-  constexpr std::size_t lanes = S::lanes;
+  constexpr std::size_t lanes = S::lanes, C = InterleavedRows<T>::chunk, per_row = InterleavedRows<T>::rows_per_block;
+  static_assert(C % lanes == 0, "a chunk is whole vectors");
+  const std::size_t in = w.in(), chunks = w.chunks(), i0 = r0 % per_row;
+  const T* block = w.block_of(r0);
   V acc[R][G];
   for (auto& row : acc)
     for (auto& a : row) a = V{};
-  std::size_t k = 0;
-  for (; k + lanes <= in; k += lanes) {
-    V xv[G];
-    for (std::size_t g = 0; g < G; ++g) S::load(xv[g], x0 + g * ldx + k);
-    for (std::size_t r = 0; r < R; ++r) {
-      // asked for ahead of use: R streams at once are more than the hardware's prefetchers
-      // keep ahead of
-      __builtin_prefetch(ahead(w + (r0 + r) * in + k));
-      V wv;
-      S::load(wv, w + (r0 + r) * in + k);
-      for (std::size_t g = 0; g < G; ++g) acc[r][g] += wv * xv[g];
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const T* group = block + c * per_row * C;  // chunk c of the block's four rows, side by side
+    for (std::size_t u = 0; u < C; u += lanes) {
+      V xv[G];
+      for (std::size_t g = 0; g < G; ++g) S::load(xv[g], x0 + g * ldx + c * C + u);
+      for (std::size_t r = 0; r < R; ++r) {
+        const T* at = group + (i0 + r) * C + u;
+        if (u == 0) __builtin_prefetch(ahead(at));  // a hint per cache line, as far ahead as the memory needs
+        V wv;
+        S::load(wv, at);
+        for (std::size_t g = 0; g < G; ++g) acc[r][g] += wv * xv[g];
+      }
     }
   }
+  const std::size_t k_tail = chunks * C, tail = in - k_tail;  // the columns after the whole chunks
   for (std::size_t r = 0; r < R; ++r)
     for (std::size_t g = 0; g < G; ++g) {
       T s = S::sum(acc[r][g]);
-      for (std::size_t kk = k; kk < in; ++kk) s += w[(r0 + r) * in + kk] * x0[g * ldx + kk];  // the tail
+      const T* w_tail = block + chunks * per_row * C + (i0 + r) * tail;
+      for (std::size_t kk = 0; kk < tail; ++kk) s += w_tail[kk] * x0[g * ldx + k_tail + kk];
       y0[g * ldy + r0 + r] = s + (bias ? bias[r0 + r] : T(0));
     }
 }
 
-// y[g * ldy + r] = W[r] . x[g] + b[r] for one row r of W and the G rows of x, the row read
-// from start to end, U vectors a step into U accumulators per row of x: one stream
-// through memory, as the hardware's prefetchers read best.
+// Rows [first, last) of W against G rows of x: whole blocks of four rows as one stream
+// each, the rows before the first whole block and after the last one by one.
 template <class S, std::size_t G, class T>
-[[gnu::always_inline]] inline void dot_row(const T* w, std::size_t in, const T* x0, std::size_t ldx, const T* bias,
-                                           T* y0, std::size_t ldy, std::size_t r) {
-  using V = typename S::V;
-  constexpr std::size_t lanes = S::lanes, U = 4;
-  const T* row = w + r * in;
-  V acc[G][U] = {};
-  std::size_t k = 0;
-  for (; k + U * lanes <= in; k += U * lanes)
-    for (std::size_t u = 0; u < U; ++u) {
-      V wv;
-      S::load(wv, row + k + u * lanes);
-      for (std::size_t g = 0; g < G; ++g) {
-        V xv;
-        S::load(xv, x0 + g * ldx + k + u * lanes);
-        acc[g][u] += wv * xv;
-      }
-    }
-  for (std::size_t g = 0; g < G; ++g) {
-    for (std::size_t u = 1; u < U; ++u) acc[g][0] += acc[g][u];
-    T s = S::sum(acc[g][0]);
-    for (std::size_t kk = k; kk < in; ++kk) s += row[kk] * x0[g * ldx + kk];  // the tail
-    y0[g * ldy + r] = s + (bias ? bias[r] : T(0));
-  }
-}
-
-// Rows [first, last) of W against G rows of x: four rows of W at a time (each load of x
-// used four times), the rows left over one by one.
-template <class S, std::size_t G, class T>
-[[gnu::always_inline]] inline void dot_rows_of(const T* w, std::size_t in, const T* x0, std::size_t ldx, const T* bias,
+[[gnu::always_inline]] inline void dot_rows_of(const InterleavedRows<T>& w, const T* x0, std::size_t ldx, const T* bias,
                                                T* y0, std::size_t ldy, std::size_t first, std::size_t last) {
+  constexpr std::size_t per_row = InterleavedRows<T>::rows_per_block;
   std::size_t r = first;
-  for (; r + 4 <= last; r += 4) dot_block<S, 4, G>(w, in, x0, ldx, bias, y0, ldy, r);
-  for (; r < last; ++r) dot_row<S, G>(w, in, x0, ldx, bias, y0, ldy, r);
+  for (; r < last && r % per_row != 0; ++r) dot_block<S, 1, G>(w, x0, ldx, bias, y0, ldy, r);
+  for (; r + per_row <= last; r += per_row) dot_block<S, per_row, G>(w, x0, ldx, bias, y0, ldy, r);
+  for (; r < last; ++r) dot_block<S, 1, G>(w, x0, ldx, bias, y0, ldy, r);
 }
 
 // y (M, ldy), columns [first, last) = x (M, in) W^T + b for the rows [first, last) of W
-// (out, in): x taken four rows at a time, while the rows of W it multiplies stay in L1.
+// (out, in), interleaved: x taken four rows at a time, while the rows of W it multiplies
+// stay in L1.
 template <class S, class T>
-[[gnu::always_inline]] inline void matvec_rows(const T* w, std::size_t in, const T* x, std::size_t M, const T* bias,
+[[gnu::always_inline]] inline void matvec_rows(const InterleavedRows<T>& w, const T* x, std::size_t M, const T* bias,
                                                T* y, std::size_t ldy, std::size_t first, std::size_t last) {
   constexpr std::size_t rows_per_pass = 16;  // rows of W that stay in L1 while every row of x meets them
-  for (std::size_t r = first; r < last; r += rows_per_pass) {
-    const std::size_t r1 = std::min(last, r + rows_per_pass);
+  const std::size_t in = w.in();
+  for (std::size_t r = first; r < last;) {
+    const std::size_t r1 = std::min(last, (r / rows_per_pass + 1) * rows_per_pass);  // passes start at whole blocks
     std::size_t m = 0;
-    for (; m + 4 <= M; m += 4) dot_rows_of<S, 4>(w, in, x + m * in, in, bias, y + m * ldy, ldy, r, r1);
+    for (; m + 4 <= M; m += 4) dot_rows_of<S, 4>(w, x + m * in, in, bias, y + m * ldy, ldy, r, r1);
     const std::size_t left = M - m;
-    if (left == 3) dot_rows_of<S, 3>(w, in, x + m * in, in, bias, y + m * ldy, ldy, r, r1);
-    if (left == 2) dot_rows_of<S, 2>(w, in, x + m * in, in, bias, y + m * ldy, ldy, r, r1);
-    if (left == 1) dot_rows_of<S, 1>(w, in, x + m * in, in, bias, y + m * ldy, ldy, r, r1);
+    if (left == 3) dot_rows_of<S, 3>(w, x + m * in, in, bias, y + m * ldy, ldy, r, r1);
+    if (left == 2) dot_rows_of<S, 2>(w, x + m * in, in, bias, y + m * ldy, ldy, r, r1);
+    if (left == 1) dot_rows_of<S, 1>(w, x + m * in, in, bias, y + m * ldy, ldy, r, r1);
+    r = r1;
   }
 }
 
@@ -277,9 +262,9 @@ template <class S, std::size_t C, class T>
 template <std::size_t Bytes>
 struct MatvecRows {
   template <class T>
-  [[gnu::always_inline]] static void run(const T* w, std::size_t in, const T* x, std::size_t M, const T* bias, T* y,
+  [[gnu::always_inline]] static void run(const InterleavedRows<T>* w, const T* x, std::size_t M, const T* bias, T* y,
                                          std::size_t ldy, std::size_t first, std::size_t last) {
-    matvec_rows<Simd<T, Bytes>>(w, in, x, M, bias, y, ldy, first, last);
+    matvec_rows<Simd<T, Bytes>>(*w, x, M, bias, y, ldy, first, last);
   }
 };
 template <std::size_t Bytes>
@@ -378,8 +363,8 @@ struct Phase {
 // attn_output (M, E), in x's layout, into `out`. need_weights false, no dropout, no
 // bias_k, bias_v or zero key: KVCache's conditions (MultiheadAttention::attend_to_cache).
 template <class T>
-void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, const T* x, const CacheView<T>& cache,
-                 T* out, int threads) {
+void decode_step(const textbook::Parameters<T>& params, const DecodeWeights<T>& weights, const DecodeSizes& z,
+                 const T* x, const CacheView<T>& cache, T* out, int threads) {
   const std::size_t M = z.M(), E = z.E, D = z.D;
   Workspace<T>& ws = Workspace<T>::of_this_thread();
   T* qkv = ws.get(M * 3 * E);  // (M, 3E): [q | k | v] of each row of x
@@ -390,11 +375,6 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
   for (auto& s : ws.scratch)
     if (s.size() < t) s.resize(t);  // one row of scores per worker
 
-  // The weight of block 0 (q), 1 (k), 2 (v): (E, E) rows of in_proj_weight, or its own.
-  auto in_weight = [&](std::size_t block) {
-    if (params.packed) return params.in_proj_weight.data() + textbook::qkv_rows(block, E).first * E;
-    return (block == 0 ? params.separate.w_q : block == 1 ? params.separate.w_k : params.separate.w_v).data();
-  };
   const T* in_bias = params.in_proj_bias ? params.in_proj_bias->data() : nullptr;  // (3E)
   const T* out_bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
   const T scale = textbook::attention_scale<T>(D);
@@ -416,7 +396,8 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
     const std::size_t r0 = h0 * D, r1 = h1 * D;
     for (std::size_t block = 0; block < 3; ++block) {
       T* y = qkv + block * E;  // columns of this block, row m at y + m * 3E
-      run_at_width<MatvecRows>(in_weight(block), E, x, M, in_bias ? in_bias + block * E : nullptr, y, 3 * E, r0, r1);
+      run_at_width<MatvecRows>(&weights.in_projection(block), x, M, in_bias ? in_bias + block * E : nullptr, y, 3 * E,
+                               r0, r1);
       for (std::size_t m = 0; m < M; ++m) {
         T* row = y + m * 3 * E;
         if (block == 0) {
@@ -444,8 +425,7 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeSizes& z, co
   // 3. rows [r0, r1) of out_proj_weight, for every row of the heads.
   auto output_rows = [&](std::size_t run) {
     const auto [r0, r1] = part_of(E, runs, run, 4);
-    run_at_width<MatvecRows>(params.out_proj_weight.data(), E, static_cast<const T*>(heads), M, out_bias, out, E, r0,
-                             r1);
+    run_at_width<MatvecRows>(&weights.out_proj, static_cast<const T*>(heads), M, out_bias, out, E, r0, r1);
   };
 
   parallel_for(output.first + output.tasks, static_cast<int>(workers), [&](std::size_t task, std::size_t worker) {

@@ -20,7 +20,7 @@
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H.
 //
 // Included by modules/engine.cppm, in its module purview: no module line of its own.
-// Uses textbook/random.hpp, platform/threads.hpp, platform/workspace.hpp, textbook/options.hpp, textbook/parameters.hpp, textbook/in_projection.hpp, textbook/inputs.hpp, textbook/masks.hpp, textbook/extra_keys.hpp, textbook/attention.hpp, platform/linear.hpp, attention_problem.hpp, fast_attention.hpp, flash_attention.hpp.
+// Uses textbook/random.hpp, platform/threads.hpp, platform/workspace.hpp, textbook/options.hpp, textbook/parameters.hpp, textbook/in_projection.hpp, textbook/inputs.hpp, textbook/masks.hpp, textbook/extra_keys.hpp, textbook/attention.hpp, platform/linear.hpp, attention_problem.hpp, fast_attention.hpp, flash_attention.hpp, decode_weights.hpp.
 
 namespace mha::detail {
 
@@ -253,19 +253,22 @@ std::optional<xt::xarray<T>> attend(const FastCall<T>& c, const AttentionProblem
   return weights;
 }
 
-// The fast and memory-efficient paths, owning what they keep between calls: W^T, made
-// once per version of the weights and shared by every thread's forward() (a forward()
-// holds its own reference, so it never reads W^T that another thread freed).
+// The fast and memory-efficient paths, owning what they keep between calls: W^T for the
+// forward and the interleaved weights for the decoding step, each made once per version
+// of the weights, when first needed, and shared by every thread's calls (a call holds its
+// own reference, so it never reads a copy that another thread freed).
 template <class T>
 class Engine {
 public:
   Engine() = default;
-  Engine(const Engine& other) : transposed_(other.shared_transposed()) {}  // equal versions, equal weights
+  Engine(const Engine& other) {  // equal versions, equal weights: the copies are shared
+    const std::lock_guard<std::mutex> lock(other.mutex_);
+    transposed_ = other.transposed_, decode_weights_ = other.decode_weights_;
+  }
   Engine& operator=(const Engine& other) {
     if (this != &other) {
-      auto t = other.shared_transposed();
-      const std::lock_guard<std::mutex> lock(mutex_);
-      transposed_ = std::move(t);
+      const std::scoped_lock lock(mutex_, other.mutex_);
+      transposed_ = other.transposed_, decode_weights_ = other.decode_weights_;
     }
     return *this;
   }
@@ -333,14 +336,19 @@ public:
     return transposed_;
   }
 
-private:
-  std::shared_ptr<const TransposedWeights<T>> shared_transposed() const {
+  // The decoding step's interleaved copy of `params` (decode_weights.hpp), made now if the
+  // weights changed since it was last made.
+  std::shared_ptr<const DecodeWeights<T>> decode_weights(const textbook::Parameters<T>& params) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    return transposed_;
+    if (!decode_weights_ || decode_weights_->version != params.version())
+      decode_weights_ = std::make_shared<const DecodeWeights<T>>(params);
+    return decode_weights_;
   }
 
+private:
   mutable std::mutex mutex_;
   std::shared_ptr<const TransposedWeights<T>> transposed_;
+  std::shared_ptr<const DecodeWeights<T>> decode_weights_;
 };
 
 }  // namespace mha::detail
