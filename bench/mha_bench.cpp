@@ -309,13 +309,13 @@ struct alignas(64) PartSum {  // one thread's sum, on a cache line of its own
 
 // The sum of count floats from `part`, in the compiler's vectors of `Bytes` bytes: eight
 // independent accumulators (the loads, not the additions, are the limit), each 64-byte
-// line asked for 2 KiB ahead of its read, as the decoding step asks for its weights (a
+// line asked for 8 KiB ahead of its read, as the decoding step asks for its weights (a
 // plain loop of 16-byte loads, without the hints, reads a step's working set much slower).
 template <std::size_t Bytes>
 [[gnu::always_inline]] inline float sum_at_width(const float* part, std::size_t count) {
   using V [[gnu::vector_size(Bytes)]] = float;
   constexpr std::size_t lanes = Bytes / sizeof(float), accumulators = 8, line = 64 / sizeof(float);
-  constexpr std::size_t ahead = 2048 / sizeof(float);
+  constexpr std::size_t ahead = 8192 / sizeof(float);
   std::array<V, accumulators> acc{};
   std::size_t i = 0;
   for (; i + accumulators * lanes <= count; i += accumulators * lanes)
