@@ -326,7 +326,8 @@ inline void wait_for(const std::atomic<std::size_t>& done, std::size_t count) {
 
 // Part `part` of `parts` of n items: [first, last), as even as whole blocks of `block`
 // items allow. Each thread's part is one stretch of memory, read from start to end, as
-// the hardware's prefetchers read best; out_proj's rows go in blocks of 4 (dot_block's).
+// the hardware's prefetchers read best; out_proj's rows go in whole blocks of the
+// interleaved copy (decode_weights.hpp).
 inline std::pair<std::size_t, std::size_t> part_of(std::size_t n, std::size_t parts, std::size_t part,
                                                    std::size_t block = 1) {
   const std::size_t blocks = (n + block - 1) / block;
@@ -427,7 +428,7 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeWeights<T>& 
   };
   // 3. rows [r0, r1) of out_proj_weight, for every row of the heads.
   auto output_rows = [&](std::size_t run) {
-    const auto [r0, r1] = part_of(E, runs, run, 4);
+    const auto [r0, r1] = part_of(E, runs, run, InterleavedRows<T>::rows_per_block);
     run_at_width<MatvecRows>(&weights.out_proj, static_cast<const T*>(heads), M, out_bias, out, E, r0, r1);
   };
 

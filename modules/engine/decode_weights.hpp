@@ -18,8 +18,8 @@
 //     then the last in % C columns of each row, row 4b first.
 //
 // A last block of fewer than four rows is filled up with rows of zeros, which no result
-// ever reads. Nothing is summed here: the step's sums take the same products in the same
-// order as the row-major W gives them.
+// ever reads. The copy moves the weights, it changes no value: the step sums each row's
+// products chunk by chunk, in column order, its last in % C columns one by one.
 //
 // The copy costs as much memory again as the weights (16 MiB at E = 1024), made once per
 // version of the weights (textbook/parameters.hpp), like the forward's W^T (engine.hpp).
