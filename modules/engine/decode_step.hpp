@@ -16,9 +16,11 @@
 // All three run as one job of the library's thread pool (platform/threads.hpp): one
 // wake-up of its threads per step, not three. Phases 1 and 2 run together per group of
 // heads (a head's attention needs only its own rows of q, k and v), so the step waits once,
-// before phase 3. The tasks are numbered phase by phase and taken in order, so a task of
-// phase 3 waits only for tasks that some thread has already taken and is finishing: it
-// cannot wait for ever, whichever thread runs what.
+// before phase 3. A thread done with its own group's heads attends heads of another group
+// that a slower thread has projected, so that the step waits for the slower thread's last
+// head, not for all its heads. The tasks are numbered phase by phase and taken in order,
+// and a thread waits only for work that some thread has already taken and is finishing:
+// it cannot wait for ever, whichever thread runs what.
 //
 // The kernels are written once over a SIMD vector of the compiler's (`vector_size`) and
 // compiled for baseline x86-64 (16 bytes), AVX2 + FMA (32) and AVX-512 (64), picked at
@@ -335,7 +337,7 @@ inline std::pair<std::size_t, std::size_t> part_of(std::size_t n, std::size_t pa
 }
 
 // A phase of the step: `tasks` tasks, numbered from `first` in the step's job, each the
-// work of one part (a group of heads, a run of rows); `done` counts those finished.
+// work of one part (a group of heads, a run of rows).
 //
 // Which part a task works on is claimed, not given by the task's number: worker w takes
 // part w while it is free, so that from one step to the next each thread reads the same
@@ -348,8 +350,11 @@ struct Phase {
   static constexpr std::size_t max_parts = 64;  // the bits of `taken`
   std::size_t first = 0, tasks = 0;
   std::atomic<std::uint64_t> taken{0};
-  std::atomic<std::size_t> done{0};
   bool has(std::size_t task) const { return task >= first && task < first + tasks; }
+  // Whether a thread has claimed `part`, and so is working on it or done with it.
+  bool claimed(std::size_t part) const {
+    return (taken.load(std::memory_order_relaxed) & (std::uint64_t(1) << part)) != 0;
+  }
   std::size_t claim(std::size_t worker) {
     const std::size_t own = worker % tasks;
     if ((taken.fetch_or(std::uint64_t(1) << own, std::memory_order_relaxed) & (std::uint64_t(1) << own)) == 0)
@@ -360,6 +365,14 @@ struct Phase {
       if (taken.compare_exchange_weak(seen, seen | (std::uint64_t(1) << part), std::memory_order_relaxed)) return part;
     }
   }
+};
+
+// The attention of one group of heads, shared by the threads: each of its batch-heads is
+// taken by one thread, first by the thread that projected the group, then by any thread
+// done with its own group's.
+struct HeadQueue {
+  std::atomic<std::size_t> projected{0};  // 1 once the group's q, k and v are in place
+  std::atomic<std::size_t> next{0};       // its next batch-head to take: (sequence, head) in turn
 };
 
 // One decoding step: x (M, E) in the module's layout, its k and v written into the cache
@@ -391,6 +404,8 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeWeights<T>& 
   const std::size_t groups = std::min({workers, z.H, Phase::max_parts});
   const std::size_t runs = std::min(workers, Phase::max_parts);
   Phase heads_phase, output;
+  std::array<HeadQueue, Phase::max_parts> queues;  // one per group
+  std::atomic<std::size_t> attended{0};            // batch-heads attended, of N * H
   heads_phase.tasks = groups;
   output.first = heads_phase.tasks, output.tasks = runs;
 
@@ -410,8 +425,8 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeWeights<T>& 
         }
         T* cached = block == 1 ? cache.k : cache.v;  // (B, cap, D)
         const std::size_t n = z.sequence(m), position = cache.t0 + z.position(m);
-        for (std::size_t e = r0; e < r1; ++e)
-          cached[((n * z.H + e / D) * cache.capacity + position) * D + e % D] = row[e];
+        for (std::size_t h = h0; h < h1; ++h)  // head h's D values: one run in the cache
+          std::copy_n(row + h * D, D, cached + ((n * z.H + h) * cache.capacity + position) * D);
       }
     }
   };
@@ -426,6 +441,17 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeWeights<T>& 
                                    ws.scratch[worker].data(), heads + m * E + h * D);
     }
   };
+  // 2, shared: the batch-heads of group g not yet taken, as this worker takes them one by one.
+  auto attend_group = [&](std::size_t g, std::size_t worker) {
+    const auto [h0, h1] = part_of(z.H, groups, g);
+    const std::size_t heads_in_group = h1 - h0, count = heads_in_group * z.N;
+    for (std::size_t i = queues[g].next.fetch_add(1, std::memory_order_relaxed); i < count;
+         i = queues[g].next.fetch_add(1, std::memory_order_relaxed)) {
+      const std::size_t n = i / heads_in_group, h = h0 + i % heads_in_group;  // the group's heads, sequence by sequence
+      attend_head(n * z.H + h, worker);
+      attended.fetch_add(1, std::memory_order_release);
+    }
+  };
   // 3. rows [r0, r1) of out_proj_weight, for every row of the heads.
   auto output_rows = [&](std::size_t run) {
     const auto [r0, r1] = part_of(E, runs, run, InterleavedRows<T>::rows_per_block);
@@ -434,13 +460,21 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeWeights<T>& 
 
   parallel_for(output.first + output.tasks, static_cast<int>(workers), [&](std::size_t task, std::size_t worker) {
     if (heads_phase.has(task)) {
-      const auto [h0, h1] = part_of(z.H, groups, heads_phase.claim(worker));
+      const std::size_t g = heads_phase.claim(worker);
+      const auto [h0, h1] = part_of(z.H, groups, g);
       project_heads(h0, h1);
-      for (std::size_t n = 0; n < z.N; ++n)
-        for (std::size_t h = h0; h < h1; ++h) attend_head(n * z.H + h, worker);
-      heads_phase.done.fetch_add(1, std::memory_order_release);
+      queues[g].projected.store(1, std::memory_order_release);
+      attend_group(g, worker);
+      // then the heads left in the other groups: of a group not yet claimed, none (the thread
+      // that claims it will attend them all); of one being projected, those left once it is
+      for (std::size_t step = 1; step < groups; ++step) {
+        const std::size_t other = (g + step) % groups;
+        if (!heads_phase.claimed(other)) continue;
+        wait_for(queues[other].projected, 1);
+        attend_group(other, worker);
+      }
     } else {
-      wait_for(heads_phase.done, heads_phase.tasks);
+      wait_for(attended, z.N * z.H);
       output_rows(output.claim(worker));
     }
   });
