@@ -397,10 +397,10 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeWeights<T>& 
   const T scale = textbook::attention_scale<T>(D);
 
   // Tasks: phases 1 and 2 together for one group of heads per worker, the rows of q, k and
-  // v those heads need in three contiguous runs (see part_of), then their attention,
-  // which needs nothing another thread computes; phase 3 in one contiguous run of
-  // out_proj's rows per worker (see part_of). (With fewer heads than threads, some threads
-  // have no group: a one-head module projects on one thread.)
+  // v those heads need in three contiguous runs (see part_of), then their attention, head
+  // by head, with the heads left in other groups (see HeadQueue); phase 3 in one
+  // contiguous run of out_proj's rows per worker (see part_of). (With fewer heads than
+  // threads, some threads have no group: a one-head module projects on one thread.)
   const std::size_t groups = std::min({workers, z.H, Phase::max_parts});
   const std::size_t runs = std::min(workers, Phase::max_parts);
   Phase heads_phase, output;
