@@ -83,9 +83,8 @@ struct Simd {
 
 // How far ahead of its reads a stream of weights or of cached keys and values asks for
 // them: 8 KiB, enough bytes in flight to cover the memory's latency when they come from
-// memory rather than from the L3 cache. Against 2 KiB, 5 interleaved process rounds on the
-// machine of docs/performance.md: t = 8192 1.22 against 1.68 ms a step, t = 1024 199
-// against 213 µs, N = 4 at t = 1024 722 against 891 µs (8 rounds); t = 128 the same.
+// memory rather than from the L3 cache (against 2 KiB: docs/performance.md, the
+// decode-interleaved table).
 template <class T>
 constexpr std::size_t prefetch_distance = 8192 / sizeof(T);
 
