@@ -263,7 +263,9 @@ xt::xarray<float> decode_prompt_then_tokens(mha::MultiheadAttention<float>& m, c
 TEST_CASE("the engine's decoding step equals the reference at every SIMD level, packed, separate, without bias",
           "[decoding]") {
   mha::set_num_threads(2);
-  const std::size_t n = 3, len = 9;
+  // 37 positions: the last token's scores in whole turns of 8 or 16 keys, as wide as the
+  // kernels take them, and 5 more (engine/decode_step.hpp, key_scores)
+  const std::size_t n = 3, len = 37;
   // E = 258, H = 6: rows of 16 whole chunks of 16 columns and 2 more (the interleaved
   // copy's tail, engine/decode_weights.hpp), 258 rows (a last block of 2 rows, filled up
   // with zeros), D = 43 (each thread's first and last rows of q, k and v inside a block)
