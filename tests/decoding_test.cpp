@@ -3,7 +3,10 @@
 // argument. The functional form's own golden cases (format 3) are in golden_test.
 #include "support.hpp"
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <random>
 
 namespace {
 
@@ -292,6 +295,55 @@ TEST_CASE("the engine's decoding step equals the reference at every SIMD level, 
       require_close<float>("cached values", cache.static_v(), expected_cache.static_v(), 1.3e-6, 1e-5);
     }
   }
+}
+
+namespace {
+
+// The sum of w floats by halves: v[l] + v[l + w/2] for the first half, then the same on
+// that half, down to one float. The order Simd::sum adds in (engine/decode_step.hpp).
+float sum_by_halves(std::vector<float> v) {
+  for (std::size_t w = v.size(); w > 1; w /= 2)
+    for (std::size_t l = 0; l < w / 2; ++l) v[l] = v[l] + v[l + w / 2];
+  return v[0];
+}
+
+std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
+
+}  // namespace
+
+TEST_CASE("a vector of keys' scores summed at once has the bits of each summed on its own", "[decoding]") {
+  // The step sums a whole vector of keys' scores at once (Simd::sums): lane i of the result
+  // must be vector i's sum in the order a sum of one vector takes, by halves. Values from
+  // 2^-12 to 2^12 in magnitude, so that another order gives other bits (checked below).
+  std::mt19937 g(31);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  std::vector<float> values(256);
+  for (auto& v : values) v = std::ldexp(mantissa(g), exponent(g));
+  for (const auto level : {mha::SimdLevel::sse2, mha::SimdLevel::avx2, mha::SimdLevel::avx512}) {
+    INFO("kernels at " << mha::to_string(level));
+    const auto previous = mha::testing::limit_kernel_simd_level(level);
+    const auto [one_at_a_time, at_once] = mha::testing::lane_sums(values);
+    mha::testing::limit_kernel_simd_level(previous);
+    const std::size_t lanes = one_at_a_time.size();
+    REQUIRE((lanes == 4 || lanes == 8 || lanes == 16));
+    REQUIRE(at_once.size() == lanes);
+    std::size_t other_order_differs = 0;
+    for (std::size_t i = 0; i < lanes; ++i) {
+      const auto first = values.begin() + static_cast<std::ptrdiff_t>(i * lanes);
+      const std::vector<float> vector(first, first + static_cast<std::ptrdiff_t>(lanes));
+      const float expected = sum_by_halves(vector);
+      INFO("vector " << i);
+      REQUIRE(bits(one_at_a_time[i]) == bits(expected));
+      REQUIRE(bits(at_once[i]) == bits(expected));
+      float left_to_right = 0.0f;
+      for (const float x : vector) left_to_right += x;
+      other_order_differs += bits(left_to_right) != bits(expected) ? 1 : 0;
+    }
+    REQUIRE(other_order_differs > 0);  // the values tell the orders apart
+  }
+  REQUIRE_THROWS_WITH(mha::testing::lane_sums(std::vector<float>(255)),
+                      "values: lane_sums takes 16 vectors of 16 floats, 256, got 255");
 }
 
 TEST_CASE("the engine's decoding step equals the reference on any thread count, with fewer heads than threads",

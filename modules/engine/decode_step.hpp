@@ -351,6 +351,22 @@ void run_at_width(Args... args) {
   Kernel<16>::run(args...);
 }
 
+// For mha::testing::lane_sums: the sums of the first `lanes` vectors of `values`, each on its
+// own (Simd::sum) and all at once (Simd::sums).
+template <std::size_t Bytes>
+struct LaneSums {
+  static void run(const float* values, std::vector<float>* one_at_a_time, std::vector<float>* at_once) {
+    using S = Simd<float, Bytes>;
+    typename S::V v[S::lanes], sums;
+    for (std::size_t i = 0; i < S::lanes; ++i) S::load(v[i], values + i * S::lanes);
+    one_at_a_time->resize(S::lanes);
+    for (std::size_t i = 0; i < S::lanes; ++i) (*one_at_a_time)[i] = S::sum(v[i]);
+    S::sums(v, sums);
+    at_once->resize(S::lanes);
+    S::store(at_once->data(), sums);
+  }
+};
+
 // Waits until `done` reaches `count`: the tasks of an earlier phase, each being finished
 // by a thread that took it. It spins, and lets other threads run now and then (on a
 // machine busier than its cores, the thread it waits for may need this one's core).
@@ -517,3 +533,18 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeWeights<T>& 
 }
 
 }  // namespace mha::detail
+
+export namespace mha::testing {
+
+// For tests: the decoding step's lane sums at the widest vector its kernels run now
+// (limit_kernel_simd_level), of `lanes` vectors of `lanes` floats each (4, 8 or 16): the first
+// lanes * lanes of `values`, which must hold 256. {each vector's sum on its own, the sums of
+// all of them at once}, `lanes` each, as the step's key scores take them.
+std::pair<std::vector<float>, std::vector<float>> lane_sums(const std::vector<float>& values) {
+  detail::check(values.size() == 256, "values", "lane_sums takes 16 vectors of 16 floats, 256, got {}", values.size());
+  std::pair<std::vector<float>, std::vector<float>> sums;
+  detail::run_at_width<detail::LaneSums>(values.data(), &sums.first, &sums.second);
+  return sums;
+}
+
+}  // namespace mha::testing
