@@ -307,14 +307,33 @@ float sum_by_halves(std::vector<float> v) {
   return v[0];
 }
 
+// The same floats added in two other orders: from left to right, and neighbours first
+// (v[2l] + v[2l + 1], then the same on those sums).
+float sum_left_to_right(const std::vector<float>& v) {
+  float s = 0.0f;
+  for (const float x : v) s += x;
+  return s;
+}
+float sum_by_neighbours(std::vector<float> v) {
+  for (std::size_t w = v.size(); w > 1; w /= 2)
+    for (std::size_t l = 0; l < w / 2; ++l) v[l] = v[2 * l] + v[2 * l + 1];
+  return v[0];
+}
+
 std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
+
+// The lanes of a vector at each SIMD level: 16-, 32- and 64-byte vectors of floats.
+std::size_t float_lanes(mha::SimdLevel level) {
+  return level == mha::SimdLevel::avx512 ? 16 : level == mha::SimdLevel::avx2 ? 8 : 4;
+}
 
 }  // namespace
 
 TEST_CASE("a vector of keys' scores summed at once has the bits of each summed on its own", "[decoding]") {
   // The step sums a whole vector of keys' scores at once (Simd::sums): lane i of the result
   // must be vector i's sum in the order a sum of one vector takes, by halves. Values from
-  // 2^-12 to 2^12 in magnitude, so that another order gives other bits (checked below).
+  // 2^-12 to 2^12 in magnitude, so that other orders give other bits (checked below: left
+  // to right, and neighbours first, which a wrong pairing of lanes would take).
   std::mt19937 g(31);
   std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
   std::uniform_int_distribution<int> exponent(-12, 12);
@@ -323,12 +342,13 @@ TEST_CASE("a vector of keys' scores summed at once has the bits of each summed o
   for (const auto level : {mha::SimdLevel::sse2, mha::SimdLevel::avx2, mha::SimdLevel::avx512}) {
     INFO("kernels at " << mha::to_string(level));
     const auto previous = mha::testing::limit_kernel_simd_level(level);
+    const auto running = mha::testing::kernel_simd_level();  // the level, or this CPU's if lower
     const auto [one_at_a_time, at_once] = mha::testing::lane_sums(values);
     mha::testing::limit_kernel_simd_level(previous);
     const std::size_t lanes = one_at_a_time.size();
-    REQUIRE((lanes == 4 || lanes == 8 || lanes == 16));
+    REQUIRE(lanes == float_lanes(running));  // the width asked for ran
     REQUIRE(at_once.size() == lanes);
-    std::size_t other_order_differs = 0;
+    std::size_t left_to_right_differs = 0, by_neighbours_differs = 0;
     for (std::size_t i = 0; i < lanes; ++i) {
       const auto first = values.begin() + static_cast<std::ptrdiff_t>(i * lanes);
       const std::vector<float> vector(first, first + static_cast<std::ptrdiff_t>(lanes));
@@ -336,11 +356,12 @@ TEST_CASE("a vector of keys' scores summed at once has the bits of each summed o
       INFO("vector " << i);
       REQUIRE(bits(one_at_a_time[i]) == bits(expected));
       REQUIRE(bits(at_once[i]) == bits(expected));
-      float left_to_right = 0.0f;
-      for (const float x : vector) left_to_right += x;
-      other_order_differs += bits(left_to_right) != bits(expected) ? 1 : 0;
+      left_to_right_differs += bits(sum_left_to_right(vector)) != bits(expected) ? 1 : 0;
+      by_neighbours_differs += bits(sum_by_neighbours(vector)) != bits(expected) ? 1 : 0;
     }
-    REQUIRE(other_order_differs > 0);  // the values tell the orders apart
+    // the values tell the orders apart: another order would have failed above
+    REQUIRE(left_to_right_differs > 0);
+    REQUIRE(by_neighbours_differs > 0);
   }
   REQUIRE_THROWS_WITH(mha::testing::lane_sums(std::vector<float>(255)),
                       "values: lane_sums takes 16 vectors of 16 floats, 256, got 255");

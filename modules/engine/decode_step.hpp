@@ -87,7 +87,7 @@ struct Simd {
   [[gnu::always_inline]] static void sums(const V* v, V& out) {
     V w[lanes];
     for (std::size_t i = 0; i < lanes; ++i) w[i] = v[i];
-    sums_in_place<lanes / 2>(w, lanes);
+    sums_in_place<lanes / 2>(w);
     out = w[0];
   }
 
@@ -99,14 +99,14 @@ private:
     const V odd = __builtin_shufflevector(a, b, ((2 * (l / s) + 1) * s + l % s)...);
     out = even + odd;
   }
-  // The `count` vectors of w, each holding lanes / (2 s) vectors' partial sums in blocks of
-  // 2 s lanes, to count / 2 vectors with blocks of s lanes, down to one vector of sums in w[0].
+  // The first 2 s vectors of w, each holding lanes / (2 s) vectors' partial sums in blocks
+  // of 2 s lanes, to s vectors with blocks of s lanes, down to one vector of sums in w[0].
   template <std::size_t s>
-  [[gnu::always_inline]] static void sums_in_place(V (&w)[lanes], std::size_t count) {
+  [[gnu::always_inline]] static void sums_in_place(V (&w)[lanes]) {
     if constexpr (s > 0) {
-      for (std::size_t i = 0; i < count / 2; ++i)
+      for (std::size_t i = 0; i < s; ++i)
         add_block_pairs<s>(w[2 * i], w[2 * i + 1], w[i], std::make_index_sequence<lanes>{});
-      sums_in_place<s / 2>(w, count / 2);
+      sums_in_place<s / 2>(w);
     }
   }
 };
