@@ -18,7 +18,9 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,10 +93,73 @@ struct Named {
 template <class T>
 using Tensors = std::vector<Named<T>>;
 
+// What a lab's answers program (labs/runner/) said of one case: its tensors, as .npy bytes
+// by name ("split_packed.W_q"), and the status of each function that did not answer
+// ("not_implemented", "error", or "none" for a function that answered no tensor).
+struct Status {
+  std::string kind, message;
+};
+struct CaseAnswers {
+  std::map<std::string, std::string> tensors;
+  std::map<std::string, Status> statuses;
+};
+// Every case's answers, read from the program's stream. `problem` says what was wrong with
+// the stream itself (cut short, malformed): the cases before it are still answered.
+struct Answers {
+  std::map<std::string, CaseAnswers> cases;
+  std::string problem;
+};
+// Parses the stream runner.hpp writes; never throws, and keeps nothing it cannot parse.
+Answers parse_answers(std::string_view stream);
+
+// What the student's function threw: lab::NotImplemented, in the answers program.
+struct NotImplementedYet : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// One case's answers to one part (its function's status, its tensors by full name), of dtype T.
+template <class T>
+class Given {
+public:
+  Given(const CaseAnswers* answers, std::string case_name, std::string function)
+      : a_(answers), case_(std::move(case_name)), function_(std::move(function)) {}
+  // The tensor; throws NotImplementedYet, or an error saying why there is none.
+  xt::xarray<T> tensor(const std::string& name) const;
+  // The tensor, or none when the function answered without it.
+  std::optional<xt::xarray<T>> maybe(const std::string& name) const;
+  // Did the function answer "none" (a mask function that returned no mask)?
+  bool none() const;
+  // The names of the tensors answered that start with `prefix`.
+  std::vector<std::string> names(const std::string& prefix) const;
+
+private:
+  void check() const;
+  const CaseAnswers* a_;
+  std::string case_, function_;
+};
+
+// The inputs of one case, written for the answers program: call.txt and .npy files.
+class InputWriter {
+public:
+  explicit InputWriter(std::filesystem::path dir);
+  template <class T>
+  void tensor(const std::string& name, const xt::xarray<T>& t);
+  template <class T>
+  void mask(const std::string& name, const mha::Mask<T>& m);
+  void scalar(const std::string& key, const std::string& value);
+  void flag(const std::string& key, bool value) { scalar(key, value ? "1" : "0"); }
+  ~InputWriter();  // writes call.txt
+
+private:
+  std::filesystem::path dir_;
+  std::map<std::string, std::string> scalars_;
+};
+
 // What a part does with a case of dtype T.
 template <class T>
 struct PartFunctions {
-  std::function<Tensors<T>(const mha::Case<T>&)> answer;                       // the student's (may throw)
+  std::function<void(const mha::Case<T>&, InputWriter&)> inputs;               // what the student's code is given
+  std::function<Tensors<T>(const mha::Case<T>&, const Given<T>&)> answer;      // what it answered (may throw)
   std::function<Tensors<T>(const mha::Case<T>&)> pytorch;                      // PyTorch's own, where it has them
   std::function<Tensors<T>(const mha::Case<T>&, const Injections&)> expected;  // the grader's, under mistakes
 };
@@ -107,6 +172,15 @@ struct Part {
   PartFunctions<float> f32;
   PartFunctions<double> f64;
 };
+
+// A lab: its number, its folder's name, its parts.
+struct Lab {
+  std::string number, name;
+  std::vector<Part> parts;
+};
+// The labs, in the course's order; lab("05") one of them (mha::Error for another number).
+const std::vector<Lab>& labs();
+const Lab& lab(std::string_view number);
 
 // The outcome of grading one part.
 struct PartResult {
@@ -122,69 +196,46 @@ struct Options {
   std::filesystem::path golden = "golden/cases";
   std::vector<std::string> only_cases;  // empty: every case the part takes
   bool verbose = false;
+  bool quiet = false;             // print nothing (the caller reports)
+  std::string* report = nullptr;  // where the report goes instead of stdout, when given
 };
 
-// Grades a part on the cases of `golden` it takes, printing what it finds to stdout.
-PartResult grade_part(const Part& part, const std::vector<mha::CaseInfo>& cases, const Options& options);
+// Writes the inputs of every case of `cases` that a part of `lab` takes, one folder each.
+void write_inputs(const Lab& lab, const std::vector<mha::CaseInfo>& cases, const Options& options,
+                  const std::filesystem::path& dir);
+
+// Grades a part on the cases it takes, from the answers of the lab's program, printing what
+// it finds to stdout.
+PartResult grade_part(const Part& part, const std::vector<mha::CaseInfo>& cases, const Options& options,
+                      const Answers& answers);
 // The case folders under `golden`, read.
 std::vector<mha::CaseInfo> read_cases(const std::filesystem::path& golden);
-// The line a gradebook reads: "result <lab> <part> <passed> <total> <status> <ids>".
+// The line a lab's report ends a part with: "result <lab> <part> <passed> <total> <status> <ids>".
 std::string result_line(std::string_view lab, const PartResult& r);
-// A lab's grading program: parses argv (--golden DIR, --case NAME, --verbose), grades
-// each part, and returns 0 when every part passes, 1 otherwise. With --self-check it runs
-// no student code: it checks the grader's own recomputation against PyTorch's tensors.
-int run_lab(std::string_view lab, const std::vector<Part>& parts, int argc, char** argv);
-
-// Each lab's parts, made from the student's functions (lab_api.hpp), for float and double.
-template <template <class> class F>
-struct ForBoth {
-  F<float> f32;
-  F<double> f64;
-};
-template <class T>
-using SplitFn =
-    std::function<mha::SeparateProjections<T>(const xt::xtensor<T, 2>&, const std::optional<xt::xtensor<T, 1>>&)>;
-template <class T>
-using PackFn = std::function<mha::textbook::PackedProjection<T>(const mha::SeparateProjections<T>&)>;
-template <class T>
-using PackedProjectionFn =
-    std::function<mha::textbook::QKV<T>(const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&,
-                                        const xt::xtensor<T, 2>&, const std::optional<xt::xtensor<T, 1>>&)>;
-template <class T>
-using SeparateProjectionFn = std::function<mha::textbook::QKV<T>(
-    const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&, const mha::SeparateProjections<T>&)>;
-template <class T>
-using HeadsFn = std::function<xt::xtensor<T, 3>(const xt::xtensor<T, 3>&, std::size_t)>;
-template <class T>
-using AttentionFn =
-    std::function<mha::textbook::Attention<T>(const xt::xtensor<T, 3>&, const xt::xtensor<T, 3>&,
-                                              const xt::xtensor<T, 3>&, const std::optional<xt::xtensor<T, 3>>&)>;
-template <class T>
-using MaskFn = std::function<std::optional<xt::xtensor<T, 3>>(const std::optional<mha::Mask<T>>&,
-                                                              const std::optional<mha::Mask<T>>&, std::size_t,
-                                                              std::size_t, std::size_t, std::size_t)>;
-template <class T>
-using ForwardFn =
-    std::function<mha::Output<T>(const mha::Options&, const mha::StateDict<T>&, const xt::xarray<T>&,
-                                 const xt::xarray<T>&, const xt::xarray<T>&, const mha::ForwardOptions<T>&)>;
-template <class T>
-using BackwardFn = std::function<mha::Gradients<T>(
-    const mha::Options&, const mha::StateDict<T>&, const xt::xarray<T>&, const xt::xarray<T>&, const xt::xarray<T>&,
-    const mha::ForwardOptions<T>&, const xt::xarray<T>&, const std::optional<xt::xarray<T>>&)>;
-
-Part lab01_split(ForBoth<SplitFn> split);
-Part lab01_pack(ForBoth<PackFn> pack);
-Part lab02_packed(ForBoth<PackedProjectionFn> f);
-Part lab02_separate(ForBoth<SeparateProjectionFn> f);
-Part lab03_attention(ForBoth<HeadsFn> split, ForBoth<HeadsFn> merge, ForBoth<AttentionFn> attention);
-Part lab04_masks(ForBoth<MaskFn> prepare);
-Part lab05_forward(ForBoth<ForwardFn> forward);
-Part lab06_backward(ForBoth<BackwardFn> backward);
+// Every part of a lab graded from the answers, printed as the student reads it, ending in
+// the result lines and "named: ...".
+std::vector<PartResult> grade_lab(const Lab& lab, const std::vector<mha::CaseInfo>& cases, const Options& options,
+                                  const Answers& answers);
+// The grader's own recomputation without a mistake against PyTorch's tensors, on every
+// case of the lab (no student code runs); the number of cases where they differ.
+int self_check(const Lab& lab, const std::vector<mha::CaseInfo>& cases);
+// labNN, the student's quick loop: parses argv (--golden DIR, --case NAME, --verbose,
+// --self-check, --answers-program PATH, --timeout SECONDS), writes the inputs into a
+// temporary folder, runs the answers program (labNN-answers beside this program) without
+// the sandbox, and grades what it answered. Returns 0 when every part passes, 1 otherwise,
+// 2 when it could not grade.
+int run_lab(std::string_view number, int argc, char** argv);
 
 // The forward's catalogue, as `mha-grade diagnose` uses it: the whole forward (lab 05's part)
-// with the answer read from .npy files of ANSWER_DIR. Prints the verdict; returns 0 for a
-// right answer, 1 for a wrong one, 2 when the files cannot be graded (missing, corrupt,
-// another shape or dtype).
-int diagnose_npy(const std::filesystem::path& case_dir, const std::filesystem::path& answer_dir);
+// with the answer read from .npy files of ANSWER_DIR. Prints the verdict (as one JSON object
+// with `json`); returns 0 for a right answer, 1 for a wrong one, 2 when the files cannot be
+// graded (missing, corrupt, another shape or dtype, larger than the answer can be).
+int diagnose_npy(const std::filesystem::path& case_dir, const std::filesystem::path& answer_dir, bool json = false);
+// The same, as data: "pass", "fail" or "error", the error, the mistakes named, the departure.
+struct Diagnosis {
+  std::string case_name, verdict, error, departure;
+  std::vector<Mistake> named;
+};
+Diagnosis diagnose(const std::filesystem::path& case_dir, const std::filesystem::path& answer_dir);
 
 }  // namespace grader

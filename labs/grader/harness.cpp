@@ -15,15 +15,20 @@
 #include "third_party.hpp"
 
 #include <chrono>
+#include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
+
+#include <stdlib.h>
 
 import mha;
 import mha.io;
 import mha.golden;
 
 #include "grader.hpp"
-#include "lab_api.hpp"
 #include "library.hpp"
+#include "sandbox.hpp"
 
 namespace grader {
 
@@ -108,10 +113,11 @@ Tensors<T> right_tensors(const Tensors<T>& own, const Tensors<T>& pytorch) {
 
 enum class Run { graded, not_implemented };
 
-// Loads the part's cases of dtype T and runs the student's function on each.
+// Loads the part's cases of dtype T and takes the student's answer to each from `answers`.
 template <class T>
 Run run_cases(const Part& part, const PartFunctions<T>& fns, const std::vector<mha::CaseInfo>& cases,
-              const Options& options, std::vector<Record<T>>& records, std::string& not_implemented) {
+              const Options& options, const Answers& answers, std::vector<Record<T>>& records,
+              std::string& not_implemented) {
   const std::string dtype = std::is_same_v<T, float> ? "float32" : "float64";
   for (const auto& info : cases) {
     if (info.dtype != dtype || !part.takes(info)) continue;
@@ -121,16 +127,18 @@ Run run_cases(const Part& part, const PartFunctions<T>& fns, const std::vector<m
     Record<T> r{mha::load_case<T>(info), std::nullopt, {}, {}, {}, false, {}};
     r.own = fns.expected(r.c, {});
     r.right = right_tensors(r.own, fns.pytorch(r.c));
+    const auto it = answers.cases.find(info.name);
+    const Given<T> given(it == answers.cases.end() ? nullptr : &it->second, info.name, part.name);
     try {
-      r.answer = fns.answer(r.c);
-    } catch (const lab::NotImplemented& e) {
+      r.answer = fns.answer(r.c, given);
+    } catch (const NotImplementedYet& e) {
       not_implemented = e.what();
       return Run::not_implemented;
     } catch (const std::exception& e) {
       r.error = e.what();
     }
     if (r.answer) r.passed = matches(info, *r.answer, r.right, /*strict=*/true, &r.departure);
-    else r.departure = fmt::format("your code stopped with an error: {}", r.error);
+    else r.departure = r.error;
     records.push_back(std::move(r));
   }
   return Run::graded;
@@ -175,13 +183,21 @@ bool each_shows(const PartFunctions<T>& fns, const std::vector<Record<T>>& recor
   return true;
 }
 
+// What a part's grading prints: to the caller's report when it gives one, else to stdout
+// unless it asked for quiet.
+template <class... Args>
+void say(const Options& options, fmt::format_string<Args...> format, Args&&... args) {
+  if (options.report) *options.report += fmt::format(format, std::forward<Args>(args)...);
+  else if (!options.quiet) fmt::print(format, std::forward<Args>(args)...);
+}
+
 template <class T>
 void print_failures(const std::vector<Record<T>>& records, const Options& options, int& printed) {
   for (const auto& r : records) {
     if (r.passed) continue;
-    if (printed++ == 3 && !options.verbose) fmt::print("  ... (--verbose lists every failing case)\n");
+    if (printed++ == 3 && !options.verbose) say(options, "  ... (--verbose lists every failing case)\n");
     if (printed > 3 && !options.verbose) continue;
-    fmt::print("  FAIL {} ({}): {}\n", r.c.info.name, r.c.info.dtype, r.departure);
+    say(options, "  FAIL {} ({}): {}\n", r.c.info.name, r.c.info.dtype, r.departure);
   }
 }
 
@@ -219,21 +235,22 @@ std::vector<mha::CaseInfo> read_cases(const std::filesystem::path& golden) {
   return infos;
 }
 
-PartResult grade_part(const Part& part, const std::vector<mha::CaseInfo>& cases, const Options& options) {
+PartResult grade_part(const Part& part, const std::vector<mha::CaseInfo>& cases, const Options& options,
+                      const Answers& answers) {
   PartResult result;
   result.part = part.name;
   std::vector<Record<float>> f32;
   std::vector<Record<double>> f64;
   std::string missing;
-  if (run_cases(part, part.f32, cases, options, f32, missing) == Run::not_implemented ||
-      run_cases(part, part.f64, cases, options, f64, missing) == Run::not_implemented) {
+  if (run_cases(part, part.f32, cases, options, answers, f32, missing) == Run::not_implemented ||
+      run_cases(part, part.f64, cases, options, answers, f64, missing) == Run::not_implemented) {
     result.not_implemented = true;
-    fmt::print("{}: not implemented yet ({} still throws lab::NotImplemented)\n", part.name, missing);
+    say(options, "{}: not implemented yet ({} still throws lab::NotImplemented)\n", part.name, missing);
     return result;
   }
   result.total = static_cast<int>(f32.size() + f64.size());
   result.passed = count_passed(f32) + count_passed(f64);
-  fmt::print("{}: {}/{} cases pass (float32 {}/{}, float64 {}/{})\n", part.name, result.passed, result.total,
+  say(options, "{}: {}/{} cases pass (float32 {}/{}, float64 {}/{})\n", part.name, result.passed, result.total,
              count_passed(f32), f32.size(), count_passed(f64), f64.size());
   if (result.ok() || result.total == 0) return result;
   int printed = 0;
@@ -282,14 +299,14 @@ PartResult grade_part(const Part& part, const std::vector<mha::CaseInfo>& cases,
                                   ? fmt::format("{} (float32): {}", f32.front().c.info.name, f32.front().departure)
                                   : fmt::format("{} (float64): {}", f64.front().c.info.name, f64.front().departure);
     result.departure = where;
-    fmt::print("  no catalogued mistake explains this answer. It first departs from PyTorch at {}\n", where);
+    say(options, "  no catalogued mistake explains this answer. It first departs from PyTorch at {}\n", where);
     return result;
   }
-  if (result.named.size() > 1) fmt::print("  the answer is explained equally by each of these:\n");
+  if (result.named.size() > 1) say(options, "  the answer is explained equally by each of these:\n");
   for (const auto& set : result.named)
     for (const auto& i : set) {
       const Entry& e = entry(i.mistake);
-      fmt::print("  mistake {} ({}): {}. Reread {}\n", e.name, e.step, e.explanation, e.page);
+      say(options, "  mistake {} ({}): {}. Reread {}\n", e.name, e.step, e.explanation, e.page);
     }
   return result;
 }
@@ -305,7 +322,63 @@ std::string result_line(std::string_view lab, const PartResult& r) {
                      ids.empty() ? "-" : fmt::format("{}", fmt::join(ids, ",")));
 }
 
-int run_lab(std::string_view lab, const std::vector<Part>& parts, int argc, char** argv) {
+std::vector<PartResult> grade_lab(const Lab& lab, const std::vector<mha::CaseInfo>& cases, const Options& options,
+                                  const Answers& answers) {
+  std::vector<PartResult> results;
+  for (const auto& part : lab.parts) results.push_back(grade_part(part, cases, options, answers));
+  std::vector<std::string> named;
+  for (const auto& r : results) {
+    say(options, "{}\n", result_line(lab.name, r));
+    for (const auto& set : r.named)
+      for (const auto& i : set) named.emplace_back(entry(i.mistake).name);
+  }
+  std::sort(named.begin(), named.end());
+  named.erase(std::unique(named.begin(), named.end()), named.end());
+  say(options, "named: {}\n", named.empty() ? "-" : fmt::format("{}", fmt::join(named, " ")));
+  return results;
+}
+
+int self_check(const Lab& lab, const std::vector<mha::CaseInfo>& cases) {
+  int failed = 0;
+  for (const auto& part : lab.parts) failed += self_check(part, part.f32, cases) + self_check(part, part.f64, cases);
+  return failed;
+}
+
+namespace {
+
+// A folder of its own under the system's temporary folder, removed when this goes.
+struct TemporaryFolder {
+  std::filesystem::path path;
+  TemporaryFolder() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "mha-lab.XXXXXX").string();
+    if (!::mkdtemp(pattern.data())) throw mha::Error("cannot make a temporary folder for the lab's inputs");
+    path = pattern;
+  }
+  TemporaryFolder(const TemporaryFolder&) = delete;
+  TemporaryFolder& operator=(const TemporaryFolder&) = delete;
+  ~TemporaryFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+std::filesystem::path this_program() {
+  std::error_code ec;
+  return std::filesystem::read_symlink("/proc/self/exe", ec);
+}
+
+// Why a run gave fewer answers than cases, in the student's words; empty when it ended well.
+std::string how_it_stopped(const sandbox::Outcome& ran, const sandbox::Limits& limits) {
+  if (ran.timed_out) return fmt::format("your program took longer than {} s", limits.wall_seconds);
+  if (ran.signal) return fmt::format("your program was ended by signal {} ({})", ran.signal, strsignal(ran.signal));
+  if (ran.answers_too_large) return fmt::format("your program answered more than {} bytes", limits.answers);
+  if (ran.exit_status != 0) return fmt::format("your program exited with status {}", ran.exit_status);
+  return {};
+}
+
+}  // namespace
+
+int run_lab(std::string_view number, int argc, char** argv) {
   Options options;
   bool self = false;  // --self-check: the grader's own recomputation against PyTorch, no student code run
   const char* root = std::getenv("MHA_ROOT");
@@ -314,40 +387,54 @@ int run_lab(std::string_view lab, const std::vector<Part>& parts, int argc, char
   else if (!std::filesystem::exists(options.golden))
     options.golden = std::filesystem::path(MHA_SOURCE_DIR) / "golden" / "cases";
 #endif
+  std::filesystem::path program = this_program().parent_path() / fmt::format("lab{}-answers", number);
+  sandbox::Limits limits;
+  limits.output = 1ull << 20;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--golden" && i + 1 < argc) options.golden = argv[++i];
     else if (arg == "--case" && i + 1 < argc) options.only_cases.emplace_back(argv[++i]);
     else if (arg == "--verbose") options.verbose = true;
     else if (arg == "--self-check") self = true;
+    else if (arg == "--answers-program" && i + 1 < argc) program = argv[++i];
+    else if (arg == "--timeout" && i + 1 < argc) limits.wall_seconds = limits.cpu_seconds = std::atoi(argv[++i]);
     else {
-      fmt::print(stderr, "usage: {} [--golden DIR] [--case NAME]... [--verbose] [--self-check]\n", argv[0]);
+      fmt::print(stderr,
+                 "usage: {} [--golden DIR] [--case NAME]... [--verbose] [--self-check] [--answers-program PATH] "
+                 "[--timeout SECONDS]\n",
+                 argv[0]);
       return 2;
     }
   }
   try {
+    const Lab& l = lab(number);
     const auto start = std::chrono::steady_clock::now();
     const auto cases = read_cases(options.golden);
     if (self) {
-      int failed = 0;
-      for (const auto& part : parts) failed += self_check(part, part.f32, cases) + self_check(part, part.f64, cases);
+      const int failed = self_check(l, cases);
       fmt::print("self-check: {}\n", failed == 0 ? "OK" : "FAILED");
       return failed == 0 ? 0 : 1;
     }
-    fmt::print("lab {}: graded on the golden cases in {}\n", lab, options.golden.string());
-    std::vector<PartResult> results;
-    for (const auto& part : parts) results.push_back(grade_part(part, cases, options));
-    std::vector<std::string> named;
-    for (const auto& r : results) {
-      fmt::print("{}\n", result_line(lab, r));
-      for (const auto& set : r.named)
-        for (const auto& i : set) named.emplace_back(entry(i.mistake).name);
-    }
-    std::sort(named.begin(), named.end());
-    named.erase(std::unique(named.begin(), named.end()), named.end());
+    // 1) the inputs, 2) the student's program on them, in a process of its own, 3) the grading.
+    const TemporaryFolder inputs;
+    write_inputs(l, cases, options, inputs.path);
+    sandbox::Job job;
+    job.argv = {std::filesystem::absolute(program).string(), inputs.path.string()};
+    job.isolation = sandbox::Isolation::none;
+    job.answers_channel = true;
+    std::fflush(stdout);
+    const sandbox::Outcome ran = sandbox::run(job, limits);
+    fmt::print("{}", ran.output);  // what the student's code printed, for the student
+    if (ran.output_truncated) fmt::print("\n(your program's output was cut at {} bytes)\n", limits.output);
+    if (ran.could_not_start) throw mha::Error(fmt::format("cannot run {}", program.string()));
+    const Answers answers = parse_answers(ran.answers);
+    fmt::print("lab {}: graded on the golden cases in {}\n", l.name, options.golden.string());
+    if (const std::string stopped = how_it_stopped(ran, limits); !stopped.empty())
+      fmt::print("{}: the cases it did not answer fail\n", stopped);
+    if (!answers.problem.empty()) fmt::print("its answers: {}\n", answers.problem);
+    const auto results = grade_lab(l, cases, options, answers);
     const bool ok = std::all_of(results.begin(), results.end(), [](const auto& r) { return r.ok(); });
     const bool none = std::all_of(results.begin(), results.end(), [](const auto& r) { return r.not_implemented; });
-    fmt::print("named: {}\n", named.empty() ? "-" : fmt::format("{}", fmt::join(named, " ")));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("verdict: {} ({:.1f} s)\n", ok ? "PASS" : none ? "NOT IMPLEMENTED YET" : "FAIL", seconds);
     return ok ? 0 : 1;
@@ -356,5 +443,125 @@ int run_lab(std::string_view lab, const std::vector<Part>& parts, int argc, char
     return 2;
   }
 }
+
+// --- the answers' stream, and the inputs' folder ---
+
+namespace {
+
+// A case's, a function's or a tensor's name in the stream: letters, digits and _ . - /.
+bool valid_name(std::string_view s) {
+  return !s.empty() && s.size() <= 200 && std::all_of(s.begin(), s.end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == '/';
+         });
+}
+
+}  // namespace
+
+Answers parse_answers(std::string_view stream) {
+  Answers a;
+  std::size_t at = 0;
+  while (at < stream.size()) {
+    const std::size_t eol = stream.find('\n', at);
+    if (eol == std::string_view::npos || eol - at > 1000) {
+      a.problem = fmt::format("the stream is cut short or malformed at byte {}", at);
+      break;
+    }
+    std::istringstream head{std::string(stream.substr(at, eol - at))};
+    std::string kind, case_name, name, status, size_text;
+    head >> kind >> case_name >> name;
+    if (kind == "status") head >> status;
+    head >> size_text;
+    const bool number = !size_text.empty() && size_text.size() < 19 &&
+                        std::all_of(size_text.begin(), size_text.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const std::size_t size = number ? std::stoull(size_text) : 0;
+    if ((kind != "tensor" && kind != "status") || !valid_name(case_name) || !valid_name(name) || !number ||
+        size > stream.size() - eol - 1) {
+      a.problem = fmt::format("the stream is cut short or malformed at byte {}", at);
+      break;
+    }
+    const std::string body(stream.substr(eol + 1, size));
+    if (kind == "tensor") a.cases[case_name].tensors[name] = body;
+    else a.cases[case_name].statuses[name] = Status{status, body.substr(0, 2000)};
+    at = eol + 1 + size;
+  }
+  return a;
+}
+
+template <class T>
+void Given<T>::check() const {
+  if (!a_) throw std::runtime_error("your program gave no answer for this case (did it stop before?)");
+  const auto it = a_->statuses.find(function_);
+  if (it == a_->statuses.end()) return;
+  if (it->second.kind == "not_implemented") throw NotImplementedYet(it->second.message);
+  if (it->second.kind == "error")
+    throw std::runtime_error(fmt::format("your code stopped with an error: {}", it->second.message));
+}
+
+template <class T>
+xt::xarray<T> Given<T>::tensor(const std::string& name) const {
+  if (auto t = maybe(name)) return *t;
+  throw std::runtime_error(fmt::format("{}: not given", name));
+}
+
+template <class T>
+std::optional<xt::xarray<T>> Given<T>::maybe(const std::string& name) const {
+  check();
+  const auto it = a_->tensors.find(name);
+  if (it == a_->tensors.end()) return std::nullopt;
+  const mha::NpyArray array = mha::parse_npy(std::span<const char>(it->second.data(), it->second.size()), name);
+  return mha::to_xarray<T>(array, name);
+}
+
+template <class T>
+bool Given<T>::none() const {
+  check();
+  const auto it = a_->statuses.find(function_);
+  return it != a_->statuses.end() && it->second.kind == "none";
+}
+
+template <class T>
+std::vector<std::string> Given<T>::names(const std::string& prefix) const {
+  check();
+  std::vector<std::string> n;
+  for (const auto& [name, bytes] : a_->tensors)
+    if (name.starts_with(prefix)) n.push_back(name);
+  return n;
+}
+
+template class Given<float>;
+template class Given<double>;
+
+InputWriter::InputWriter(std::filesystem::path dir) : dir_(std::move(dir)) { std::filesystem::create_directories(dir_); }
+
+template <class T>
+void InputWriter::tensor(const std::string& name, const xt::xarray<T>& t) {
+  mha::save_npy<T>(dir_ / (name + ".npy"), t);
+}
+
+// A mask as the caller gave it: bool, or the case's floating type (a uint8 mask, which
+// PyTorch 1.13 read as bool, as bool).
+template <class T>
+void InputWriter::mask(const std::string& name, const mha::Mask<T>& m) {
+  std::visit(
+      [&](const auto& a) {
+        using E = typename std::decay_t<decltype(a)>::value_type;
+        if constexpr (std::is_same_v<E, T>) tensor<T>(name, a), flag(name + "_bool", false);
+        else tensor<bool>(name, xt::xarray<bool>(xt::not_equal(a, E(0)))), flag(name + "_bool", true);
+      },
+      m);
+}
+
+void InputWriter::scalar(const std::string& key, const std::string& value) { scalars_[key] = value; }
+
+InputWriter::~InputWriter() {
+  std::ofstream out(dir_ / "call.txt");
+  for (const auto& [key, value] : scalars_) out << key << ' ' << value << '\n';
+}
+
+template void InputWriter::tensor<float>(const std::string&, const xt::xarray<float>&);
+template void InputWriter::tensor<double>(const std::string&, const xt::xarray<double>&);
+template void InputWriter::tensor<bool>(const std::string&, const xt::xarray<bool>&);
+template void InputWriter::mask<float>(const std::string&, const mha::Mask<float>&);
+template void InputWriter::mask<double>(const std::string&, const mha::Mask<double>&);
 
 }  // namespace grader

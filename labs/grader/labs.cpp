@@ -16,7 +16,6 @@ import mha.io;
 import mha.golden;
 
 #include "grader.hpp"
-#include "lab_api.hpp"
 #include "library.hpp"
 #include "mistakes.hpp"
 
@@ -91,12 +90,66 @@ Tensors<T> blocks(const mha::SeparateProjections<T>& w) {
   return t;
 }
 
+// --- what the student's code is given ---
+
+// The sequence-first inputs as the in-projection takes them, aliases as one object.
+template <class T>
+void seq_first_inputs(const mha::Case<T>& c, InputWriter& in) {
+  const auto x = seq_first(c);
+  in.tensor<T>("query", x.query);
+  in.tensor<T>("key", c.info.query_is_key ? x.query : x.key);
+  in.tensor<T>("value", c.info.key_is_value ? (c.info.query_is_key ? x.query : x.key) : x.value);
+}
+
+template <class T>
+void separate_inputs(const mha::SeparateProjections<T>& w, InputWriter& in) {
+  in.tensor<T>("W_q", w.w_q), in.tensor<T>("W_k", w.w_k), in.tensor<T>("W_v", w.w_v);
+  if (w.b_q) in.tensor<T>("b_q", *w.b_q), in.tensor<T>("b_k", *w.b_k), in.tensor<T>("b_v", *w.b_v);
+}
+
+template <class T>
+void packed_inputs(const mha::Case<T>& c, InputWriter& in) {
+  in.tensor<T>("in_proj_weight", c.parameters.at("in_proj_weight"));
+  if (c.parameters.contains("in_proj_bias")) in.tensor<T>("in_proj_bias", c.parameters.at("in_proj_bias"));
+}
+
+// The whole module's call: its options, its parameters, query, key and value as the caller
+// gave them, the forward's options (labs 05 and 06).
+template <class T>
+void module_inputs(const mha::Case<T>& c, InputWriter& in) {
+  const mha::Options& o = c.info.options;
+  in.scalar("embed_dim", std::to_string(o.embed_dim)), in.scalar("num_heads", std::to_string(o.num_heads));
+  in.flag("bias", o.bias), in.flag("add_bias_kv", o.add_bias_kv), in.flag("add_zero_attn", o.add_zero_attn);
+  if (o.kdim) in.scalar("kdim", std::to_string(*o.kdim));
+  if (o.vdim) in.scalar("vdim", std::to_string(*o.vdim));
+  in.flag("batch_first", o.batch_first);
+  for (const auto& [name, tensor] : c.parameters) in.tensor<T>("parameter." + name, tensor);
+  in.tensor<T>("query", c.query);
+  if (!c.info.query_is_key) in.tensor<T>("key", c.key);
+  if (!c.info.key_is_value) in.tensor<T>("value", c.value);
+  in.flag("query_is_key", c.info.query_is_key), in.flag("key_is_value", c.info.key_is_value);
+  in.flag("need_weights", c.forward.need_weights), in.flag("average_attn_weights", c.forward.average_attn_weights);
+  if (c.forward.attn_mask) in.mask<T>("attn_mask", *c.forward.attn_mask);
+  if (c.forward.key_padding_mask) in.mask<T>("key_padding_mask", *c.forward.key_padding_mask);
+}
+
 // --- lab 01 ---
 
 template <class T>
-PartFunctions<T> split_functions(SplitFn<T> split) {
-  return {[split](const mha::Case<T>& c) {
-            const auto w = split(c.parameters.at("in_proj_weight"), parameter1(c, "in_proj_bias"));
+mha::SeparateProjections<T> answered_blocks(const Given<T>& g) {
+  auto b = [&](const char* name) -> std::optional<xt::xtensor<T, 1>> {
+    if (auto t = g.maybe(std::string("split_packed.") + name)) return xt::xtensor<T, 1>(*t);
+    return std::nullopt;
+  };
+  return {g.tensor("split_packed.W_q"), g.tensor("split_packed.W_k"), g.tensor("split_packed.W_v"),
+          b("b_q"),                     b("b_k"),                     b("b_v")};
+}
+
+template <class T>
+PartFunctions<T> split_functions() {
+  return {packed_inputs<T>,
+          [](const mha::Case<T>& c, const Given<T>& g) {
+            const auto w = answered_blocks(g);
             Tensors<T> t = blocks(w);
             for (auto& x : qkv(seq_first(c), w, false)) t.push_back(std::move(x));
             return t;
@@ -113,12 +166,15 @@ PartFunctions<T> split_functions(SplitFn<T> split) {
 }
 
 template <class T>
-PartFunctions<T> pack_functions(PackFn<T> pack) {
-  return {[pack](const mha::Case<T>& c) {
-            const auto p = pack(
-                lib::split_packed(xt::xtensor<T, 2>(c.parameters.at("in_proj_weight")), parameter1(c, "in_proj_bias")));
-            Tensors<T> t{{"in_proj_weight", p.in_proj_weight}};
-            if (p.in_proj_bias) t.push_back({"in_proj_bias", *p.in_proj_bias});
+PartFunctions<T> pack_functions() {
+  return {[](const mha::Case<T>& c, InputWriter& in) {
+            separate_inputs(lib::split_packed(xt::xtensor<T, 2>(c.parameters.at("in_proj_weight")),
+                                              parameter1(c, "in_proj_bias")),
+                            in);
+          },
+          [](const mha::Case<T>&, const Given<T>& g) {
+            Tensors<T> t{{"in_proj_weight", g.tensor("pack.in_proj_weight")}};
+            if (auto b = g.maybe("pack.in_proj_bias")) t.push_back({"in_proj_bias", *b});
             return t;
           },
           [](const mha::Case<T>& c) {
@@ -153,20 +209,21 @@ Tensors<T> in_projection_under(const mha::Case<T>& c, const Injections& m) {
   return qkv(seq_first(c), w, made(m, Mistake::weight_not_transposed).has_value());
 }
 
-// Aliased inputs are one object, as PyTorch was given them.
 template <class T>
-Tensors<T> qkv_answer(const mha::textbook::QKV<T>& a) {
-  return {{"q", a.q}, {"k", a.k}, {"v", a.v}};
+std::function<Tensors<T>(const mha::Case<T>&, const Given<T>&)> qkv_answer(const std::string& function) {
+  return [function](const mha::Case<T>&, const Given<T>& g) {
+    return Tensors<T>{{"q", g.tensor(function + ".q")}, {"k", g.tensor(function + ".k")},
+                      {"v", g.tensor(function + ".v")}};
+  };
 }
 
 template <class T>
-PartFunctions<T> packed_projection_functions(PackedProjectionFn<T> f) {
-  return {[f](const mha::Case<T>& c) {
-            const auto x = seq_first(c);
-            const auto& key = c.info.query_is_key ? x.query : x.key;
-            const auto& value = c.info.key_is_value ? key : x.value;
-            return qkv_answer(f(x.query, key, value, c.parameters.at("in_proj_weight"), parameter1(c, "in_proj_bias")));
+PartFunctions<T> packed_projection_functions() {
+  return {[](const mha::Case<T>& c, InputWriter& in) {
+            seq_first_inputs(c, in);
+            packed_inputs(c, in);
           },
+          qkv_answer<T>("in_projection_packed"),
           [](const mha::Case<T>& c) {
             return files(c, {"q", "k", "v"});
           },
@@ -174,12 +231,13 @@ PartFunctions<T> packed_projection_functions(PackedProjectionFn<T> f) {
 }
 
 template <class T>
-PartFunctions<T> separate_projection_functions(SeparateProjectionFn<T> f) {
-  return {[f](const mha::Case<T>& c) {
-            const auto x = seq_first(c);
-            const auto w = in_projection_weights(c.parameters, static_cast<std::size_t>(c.info.options.embed_dim), {});
-            return qkv_answer(f(x.query, x.key, x.value, w));
+PartFunctions<T> separate_projection_functions() {
+  return {[](const mha::Case<T>& c, InputWriter& in) {
+            seq_first_inputs(c, in);
+            separate_inputs(
+                in_projection_weights(c.parameters, static_cast<std::size_t>(c.info.options.embed_dim), {}), in);
           },
+          qkv_answer<T>("in_projection"),
           [](const mha::Case<T>& c) {
             return files(c, {"q", "k", "v"});
           },
@@ -209,15 +267,18 @@ xt::xtensor<T, 3> out_projection(const mha::Case<T>& c, const xt::xtensor<T, 3>&
 }
 
 template <class T>
-PartFunctions<T> attention_functions(HeadsFn<T> split, HeadsFn<T> merge, AttentionFn<T> attention) {
-  return {[=](const mha::Case<T>& c) {
-            const auto t = forward(c, {});                            // the shapes, and the right mask
-            const auto qh = split(tensor3(c.expected.at("q")), t.H);  // (B, L, D)
-            const auto kh = split(tensor3(c.expected.at("k")), t.H);  // (B, S, D)
-            const auto vh = split(tensor3(c.expected.at("v")), t.H);  // (B, S, D)
-            const auto a = attention(qh, kh, vh, t.mask);
-            const auto merged = merge(a.output, t.H);  // (L, N, E)
-            return attention_tensors(qh, a.weights, a.output, t, out_projection(c, merged), c);
+PartFunctions<T> attention_functions() {
+  return {[](const mha::Case<T>& c, InputWriter& in) {
+            const auto t = forward(c, {});  // the shapes, and the right mask
+            for (const char* name : {"q", "k", "v"}) in.tensor<T>(name, c.expected.at(name));
+            if (t.mask) in.tensor<T>("mask", xt::xarray<T>(*t.mask));
+            in.scalar("H", std::to_string(t.H));
+          },
+          [](const mha::Case<T>& c, const Given<T>& g) {
+            const auto t = forward(c, {});
+            const auto merged = tensor3(g.tensor("merge_heads.output"));  // (L, N, E)
+            return attention_tensors(tensor3(g.tensor("split_heads.q")), tensor3(g.tensor("attention.weights")),
+                                     tensor3(g.tensor("attention.output")), t, out_projection(c, merged), c);
           },
           [](const mha::Case<T>& c) {
             return files(c, {"attn_output_weights", "attn_output"});
@@ -257,12 +318,21 @@ Tensors<T> mask_tensors(const mha::Case<T>& c, const Trace<T>& t, const std::opt
 }
 
 template <class T>
-PartFunctions<T> mask_functions(MaskFn<T> prepare) {
-  return {[prepare](const mha::Case<T>& c) {
+PartFunctions<T> mask_functions() {
+  return {[](const mha::Case<T>& c, InputWriter& in) {
             const auto t = forward(c, {});
             auto padding = c.forward.key_padding_mask;  // (S) unbatched -> (1, S)
             if (padding && !t.batched) std::visit([&](auto& m) { m.reshape({std::size_t{1}, t.S}); }, *padding);
-            return mask_tensors(c, t, prepare(c.forward.attn_mask, padding, t.N, t.H, t.L, t.S));
+            if (c.forward.attn_mask) in.mask<T>("attn_mask", *c.forward.attn_mask);
+            if (padding) in.mask<T>("key_padding_mask", *padding);
+            in.scalar("N", std::to_string(t.N)), in.scalar("H", std::to_string(t.H));
+            in.scalar("L", std::to_string(t.L)), in.scalar("S", std::to_string(t.S));
+          },
+          [](const mha::Case<T>& c, const Given<T>& g) {
+            const auto t = forward(c, {});
+            std::optional<xt::xtensor<T, 3>> mask;
+            if (!g.none()) mask = tensor3(g.tensor("prepare_mask.mask"));
+            return mask_tensors(c, t, mask);
           },
           [](const mha::Case<T>& c) {
             return files(c, {"attn_output_weights", "attn_output"});
@@ -284,15 +354,21 @@ Tensors<T> output_tensors(const mha::Case<T>& c, const mha::Output<T>& o) {
 }
 
 template <class T>
-PartFunctions<T> forward_functions(std::function<Tensors<T>(const mha::Case<T>&)> answer) {
-  return {answer,
+PartFunctions<T> forward_functions(std::function<Tensors<T>(const mha::Case<T>&, const Given<T>&)> answer) {
+  return {module_inputs<T>, answer,
           [](const mha::Case<T>& c) {
             return files(c, {"attn_output_weights", "attn_output"});
           },
           [](const mha::Case<T>& c, const Injections& m) {
             const auto t = forward(c, m);
-            return output_tensors(c, mha::Output<T>{t.attn_output, t.attn_output_weights});
+            return output_tensors(c, mha::Output<T>{t.attn_output, t.attn_output_weights, {}});
           }};
+}
+
+template <class T>
+Tensors<T> forward_answer(const mha::Case<T>& c, const Given<T>& g) {
+  return output_tensors(c,
+                        mha::Output<T>{g.tensor("forward.attn_output"), g.maybe("forward.attn_output_weights"), {}});
 }
 
 // --- lab 06 ---
@@ -383,24 +459,28 @@ Tensors<T> ordered(const GradientMap<T>& g) {
 }
 
 template <class T>
-PartFunctions<T> backward_functions(BackwardFn<T> f) {
+PartFunctions<T> backward_functions() {
   return {
-      [f](const mha::Case<T>& c) {
-        const auto& key = c.info.query_is_key ? c.query : c.key;
-        const auto& value = c.info.key_is_value ? key : c.value;
-        auto g = f(c.info.options, c.parameters, c.query, key, value, c.forward, *c.grad_attn_output,
-                   c.grad_attn_output_weights);
-        mha::detail::check(g.query && g.key && g.value, "Gradients", "expected query, key and value each");
+      [](const mha::Case<T>& c, InputWriter& in) {
+        module_inputs(c, in);
+        in.tensor<T>("grad_attn_output", *c.grad_attn_output);
+        if (c.grad_attn_output_weights) in.tensor<T>("grad_attn_output_weights", *c.grad_attn_output_weights);
+      },
+      [](const mha::Case<T>& c, const Given<T>& given) {
+        const auto query = given.maybe("backward.query"), key = given.maybe("backward.key"),
+                   value = given.maybe("backward.value");
+        mha::detail::check(query && key && value, "Gradients", "expected query, key and value each");
         // one gradient per input object: the uses of one tensor add up
         GradientMap<T> m;
-        xt::xarray<T> dq = *g.query, dk = *g.key, dv = *g.value;
+        xt::xarray<T> dq = *query, dk = *key, dv = *value;
         if (c.info.query_is_key && c.info.key_is_value) dq += dk + dv;
         else if (c.info.key_is_value) dk += dv;
         else if (c.info.query_is_key) dq += dk;
         m["grad.query"] = dq;
         if (!c.info.query_is_key) m["grad.key"] = dk;
         if (!c.info.key_is_value && !(c.info.query_is_key && c.info.key_is_value)) m["grad.value"] = dv;
-        for (const auto& [name, tensor] : g.parameters) m["grad." + name] = tensor;
+        const std::string prefix = "backward.parameter.";
+        for (const auto& name : given.names(prefix)) m["grad." + name.substr(prefix.size())] = given.tensor(name);
         return with_samples(ordered(m));
       },
       [](const mha::Case<T>& c) {
@@ -415,51 +495,9 @@ PartFunctions<T> backward_functions(BackwardFn<T> f) {
 
 }  // namespace
 
-Part lab01_split(ForBoth<SplitFn> f) {
-  return {"split_packed", split_mistakes,
-          [](const mha::CaseInfo& i) { return module_case(i) && has_file(i, "in_proj_weight"); },
-          split_functions(f.f32), split_functions(f.f64)};
-}
+namespace {
 
-Part lab01_pack(ForBoth<PackFn> f) {
-  return {"pack", split_mistakes,
-          [](const mha::CaseInfo& i) { return module_case(i) && has_file(i, "in_proj_weight"); }, pack_functions(f.f32),
-          pack_functions(f.f64)};
-}
-
-Part lab02_packed(ForBoth<PackedProjectionFn> f) {
-  auto mistakes = split_mistakes;
-  mistakes.insert(mistakes.end(), {M::weight_not_transposed, M::bias_missing});
-  return {"in_projection_packed", mistakes,
-          [](const mha::CaseInfo& i) { return module_case(i) && has_file(i, "in_proj_weight"); },
-          packed_projection_functions(f.f32), packed_projection_functions(f.f64)};
-}
-
-Part lab02_separate(ForBoth<SeparateProjectionFn> f) {
-  return {"in_projection",
-          {M::weight_not_transposed, M::bias_missing},
-          [](const mha::CaseInfo& i) { return module_case(i) && has_file(i, "q_proj_weight"); },
-          separate_projection_functions(f.f32),
-          separate_projection_functions(f.f64)};
-}
-
-Part lab03_attention(ForBoth<HeadsFn> split, ForBoth<HeadsFn> merge, ForBoth<AttentionFn> attention) {
-  return {"split_heads/merge_heads/scaled_dot_product_attention",
-          {M::no_scaling, M::scaled_by_d_not_sqrt, M::heads_split_wrong, M::softmax_wrong_axis},
-          attention_case,
-          attention_functions(split.f32, merge.f32, attention.f32),
-          attention_functions(split.f64, merge.f64, attention.f64)};
-}
-
-Part lab04_masks(ForBoth<MaskFn> prepare) {
-  return {"prepare_mask",
-          {M::mask_inverted, M::mask_ignored, M::key_padding_mask_wrong_rows},
-          [](const mha::CaseInfo& i) {
-            return attention_case(i) && (has_file(i, "attn_mask") || has_file(i, "key_padding_mask"));
-          },
-          mask_functions(prepare.f32),
-          mask_functions(prepare.f64)};
-}
+bool packed_case(const mha::CaseInfo& i) { return module_case(i) && has_file(i, "in_proj_weight"); }
 
 // Every forward mistake of the catalogue.
 std::vector<Mistake> forward_mistakes() {
@@ -469,26 +507,89 @@ std::vector<Mistake> forward_mistakes() {
   return all;
 }
 
-template <class T>
-std::function<Tensors<T>(const mha::Case<T>&)> forward_answer(ForwardFn<T> f) {
-  return [f](const mha::Case<T>& c) {
-    const auto& key = c.info.query_is_key ? c.query : c.key;
-    const auto& value = c.info.key_is_value ? key : c.value;
-    return output_tensors(c, f(c.info.options, c.parameters, c.query, key, value, c.forward));
+std::vector<Lab> make_labs() {
+  auto split = split_mistakes, packed = split_mistakes;
+  packed.insert(packed.end(), {M::weight_not_transposed, M::bias_missing});
+  return {
+      {"01",
+       "01-split-pack",
+       {{"split_packed", split, packed_case, split_functions<float>(), split_functions<double>()},
+        {"pack", split, packed_case, pack_functions<float>(), pack_functions<double>()}}},
+      {"02",
+       "02-in-projection",
+       {{"in_projection_packed", packed, packed_case, packed_projection_functions<float>(),
+         packed_projection_functions<double>()},
+        {"in_projection",
+         {M::weight_not_transposed, M::bias_missing},
+         [](const mha::CaseInfo& i) { return module_case(i) && has_file(i, "q_proj_weight"); },
+         separate_projection_functions<float>(),
+         separate_projection_functions<double>()}}},
+      {"03",
+       "03-heads-attention",
+       {{"split_heads/merge_heads/scaled_dot_product_attention",
+         {M::no_scaling, M::scaled_by_d_not_sqrt, M::heads_split_wrong, M::softmax_wrong_axis},
+         attention_case,
+         attention_functions<float>(),
+         attention_functions<double>()}}},
+      {"04",
+       "04-masks",
+       {{"prepare_mask",
+         {M::mask_inverted, M::mask_ignored, M::key_padding_mask_wrong_rows},
+         [](const mha::CaseInfo& i) {
+           return attention_case(i) && (has_file(i, "attn_mask") || has_file(i, "key_padding_mask"));
+         },
+         mask_functions<float>(),
+         mask_functions<double>()}}},
+      {"05",
+       "05-forward",
+       {{"forward", forward_mistakes(), attention_case, forward_functions<float>(forward_answer<float>),
+         forward_functions<double>(forward_answer<double>)}}},
+      {"06",
+       "06-backward",
+       {{"backward",
+         {M::grad_transposed, M::softmax_jacobian_diagonal_missing, M::grad_scale_missing, M::bias_grad_not_summed},
+         [](const mha::CaseInfo& i) { return attention_case(i) && i.format == 2; },
+         backward_functions<float>(),
+         backward_functions<double>()}}},
   };
 }
 
-Part lab05_forward(ForBoth<ForwardFn> f) {
-  return {"forward", forward_mistakes(), attention_case, forward_functions<float>(forward_answer(f.f32)),
-          forward_functions<double>(forward_answer(f.f64))};
+template <class T>
+void write_case_inputs(const Lab& lab, const mha::CaseInfo& info, const std::filesystem::path& dir) {
+  const auto c = mha::load_case<T>(info);
+  InputWriter in(dir / info.name);
+  in.scalar("dtype", info.dtype);
+  for (const auto& part : lab.parts)
+    if (part.takes(info)) {
+      if constexpr (std::is_same_v<T, float>) part.f32.inputs(c, in);
+      else part.f64.inputs(c, in);
+    }
 }
 
-Part lab06_backward(ForBoth<BackwardFn> f) {
-  return {"backward",
-          {M::grad_transposed, M::softmax_jacobian_diagonal_missing, M::grad_scale_missing, M::bias_grad_not_summed},
-          [](const mha::CaseInfo& i) { return attention_case(i) && i.format == 2; },
-          backward_functions(f.f32),
-          backward_functions(f.f64)};
+}  // namespace
+
+const std::vector<Lab>& labs() {
+  static const std::vector<Lab> all = make_labs();
+  return all;
+}
+
+const Lab& lab(std::string_view number) {
+  for (const auto& l : labs())
+    if (l.number == number) return l;
+  throw mha::Error(fmt::format("lab: expected one of 01 to {:02}, got {}", labs().size(), number));
+}
+
+void write_inputs(const Lab& lab, const std::vector<mha::CaseInfo>& cases, const Options& options,
+                  const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  for (const auto& info : cases) {
+    if (!options.only_cases.empty() &&
+        std::find(options.only_cases.begin(), options.only_cases.end(), info.name) == options.only_cases.end())
+      continue;
+    if (std::none_of(lab.parts.begin(), lab.parts.end(), [&](const Part& p) { return p.takes(info); })) continue;
+    if (info.dtype == "float32") write_case_inputs<float>(lab, info, dir);
+    else if (info.dtype == "float64") write_case_inputs<double>(lab, info, dir);
+  }
 }
 
 // --- answers in .npy files ---
@@ -496,13 +597,21 @@ Part lab06_backward(ForBoth<BackwardFn> f) {
 namespace {
 
 // An answer file of the case's dtype and the shape PyTorch's has; anything else is an
-// Error naming the file.
+// Error naming the file. The file is not read past what such an answer can weigh: a file
+// larger than that, or a header that claims another shape, is refused before its data is
+// used; a link is refused as a file that is not the student's own.
 template <class T>
 xt::xarray<T> answer_file(const std::filesystem::path& dir, const std::string& name, const xt::xarray<T>& expected) {
   const auto path = dir / (name + ".npy");
-  if (!std::filesystem::exists(path))
-    throw mha::Error(fmt::format("{}: missing: the answer folder needs {}.npy, {} of dtype {}", path.string(), name,
+  const auto status = std::filesystem::symlink_status(path);
+  if (!std::filesystem::is_regular_file(status))
+    throw mha::Error(fmt::format("{}: {}: the answer folder needs {}.npy, {} of dtype {}", path.string(),
+                                 std::filesystem::exists(status) ? "not a plain file" : "missing", name,
                                  mha::shape_string(expected.shape()), mha::dtype_name(mha::npy_descr<T>())));
+  const std::uintmax_t most = 65536 + expected.size() * sizeof(T);  // the largest header NumPy writes, and the data
+  const std::uintmax_t size = std::filesystem::file_size(path);
+  mha::detail::check(size <= most, path.string(), "expected at most {} bytes ({} of dtype {}), got a file of {} bytes",
+                     most, mha::shape_string(expected.shape()), mha::dtype_name(mha::npy_descr<T>()), size);
   const mha::NpyArray a = mha::read_npy(path);  // an Error naming the file when it is not a valid .npy
   mha::detail::check(a.descr == mha::npy_descr<T>(), path.string(), "expected dtype {} (the case's), got {}",
                      mha::dtype_name(mha::npy_descr<T>()), mha::dtype_name(a.descr));
@@ -512,10 +621,31 @@ xt::xarray<T> answer_file(const std::filesystem::path& dir, const std::string& n
   return mha::to_xarray<T>(a, path.string());
 }
 
+void print_diagnosis(const Diagnosis& d, bool json) {
+  if (!json) {
+    if (!d.error.empty()) fmt::print("error: {}\n", d.error);
+    if (d.verdict == "error") return;
+    std::vector<std::string> ids;
+    for (Mistake m : d.named) ids.emplace_back(entry(m).name);
+    fmt::print("named: {}\n", ids.empty() ? "-" : fmt::format("{}", fmt::join(ids, " ")));
+    fmt::print("verdict: {}\n", d.verdict == "pass" ? "PASS" : "FAIL");
+    return;
+  }
+  nlohmann::json named = nlohmann::json::array();
+  for (Mistake m : d.named) {
+    const Entry& e = entry(m);
+    named.push_back({{"id", e.name}, {"step", e.step}, {"explanation", e.explanation}, {"page", e.page}});
+  }
+  const nlohmann::json j{{"case", d.case_name}, {"verdict", d.verdict}, {"error", d.error},
+                         {"named", named},      {"departure", d.departure}};
+  fmt::print("{}\n", j.dump(2));
+}
+
 template <class T>
-int diagnose_as(const mha::CaseInfo& info, const std::filesystem::path& answer_dir) {
+Diagnosis diagnose_as(const mha::CaseInfo& info, const std::filesystem::path& answer_dir, bool quiet) {
   // The files are read and checked first: a file that cannot be graded is said so, once.
   const auto c = mha::load_case<T>(info);
+  Diagnosis d{info.name, "error", {}, {}, {}};
   Tensors<T> answer;
   try {
     if (c.forward.need_weights)
@@ -523,10 +653,11 @@ int diagnose_as(const mha::CaseInfo& info, const std::filesystem::path& answer_d
                         answer_file(answer_dir, "attn_output_weights", c.expected.at("attn_output_weights"))});
     answer.push_back({"attn_output", answer_file(answer_dir, "attn_output", c.expected.at("attn_output"))});
   } catch (const mha::Error& e) {
-    fmt::print("error: {}\n", e.what());
-    return 2;
+    d.error = e.what();
+    return d;
   }
-  std::function<Tensors<T>(const mha::Case<T>&)> given = [answer](const mha::Case<T>&) { return answer; };
+  std::function<Tensors<T>(const mha::Case<T>&, const Given<T>&)> given =
+      [answer](const mha::Case<T>&, const Given<T>&) { return answer; };
   // The part of the case's dtype answers from the files; the other dtype has no case here.
   Part part{"forward (.npy answers)", forward_mistakes(), attention_case, {}, {}};
   if constexpr (std::is_same_v<T, float>) part.f32 = forward_functions<float>(given);
@@ -534,33 +665,48 @@ int diagnose_as(const mha::CaseInfo& info, const std::filesystem::path& answer_d
   Options options;
   options.golden = info.dir.parent_path();
   options.only_cases = {info.name};
-  const auto r = grade_part(part, {info}, options);
-  std::vector<std::string> ids;
+  options.quiet = quiet;
+  const auto r = grade_part(part, {info}, options, Answers{});
   for (const auto& set : r.named)
-    for (const auto& i : set) ids.emplace_back(entry(i.mistake).name);
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  fmt::print("named: {}\n", ids.empty() ? "-" : fmt::format("{}", fmt::join(ids, " ")));
-  fmt::print("verdict: {}\n", r.ok() ? "PASS" : "FAIL");
-  return r.ok() ? 0 : 1;
+    for (const auto& i : set)
+      if (std::find(d.named.begin(), d.named.end(), i.mistake) == d.named.end()) d.named.push_back(i.mistake);
+  std::sort(d.named.begin(), d.named.end(), [](Mistake a, Mistake b) { return entry(a).name < entry(b).name; });
+  d.verdict = r.ok() ? "pass" : "fail";
+  d.departure = r.departure;
+  return d;
+}
+
+Diagnosis diagnose_with(const std::filesystem::path& case_dir, const std::filesystem::path& answer_dir, bool quiet) {
+  Diagnosis d;
+  try {
+    const mha::CaseInfo info = mha::read_case_info(case_dir);
+    d.case_name = info.name, d.verdict = "error";
+    if (!attention_case(info))
+      d.error = fmt::format(
+          "{}: the labs grade the module's forward without bias_k/bias_v, the zero key, dropout or a "
+          "rejection; this case is not among them",
+          info.name);
+    else if (!std::filesystem::is_directory(answer_dir))
+      d.error = fmt::format("{}: not a folder of .npy answers", answer_dir.string());
+    else
+      d = info.dtype == "float32" ? diagnose_as<float>(info, answer_dir, quiet)
+                                  : diagnose_as<double>(info, answer_dir, quiet);
+  } catch (const std::exception& e) {
+    d.verdict = "error", d.error = e.what();
+  }
+  return d;
 }
 
 }  // namespace
 
-int diagnose_npy(const std::filesystem::path& case_dir, const std::filesystem::path& answer_dir) {
-  const mha::CaseInfo info = mha::read_case_info(case_dir);
-  if (!attention_case(info)) {
-    fmt::print(
-        "error: {}: the labs grade the module's forward without bias_k/bias_v, the zero key, dropout or a "
-        "rejection; this case is not among them\n",
-        info.name);
-    return 2;
-  }
-  if (!std::filesystem::is_directory(answer_dir)) {
-    fmt::print("error: {}: not a folder of .npy answers\n", answer_dir.string());
-    return 2;
-  }
-  return info.dtype == "float32" ? diagnose_as<float>(info, answer_dir) : diagnose_as<double>(info, answer_dir);
+Diagnosis diagnose(const std::filesystem::path& case_dir, const std::filesystem::path& answer_dir) {
+  return diagnose_with(case_dir, answer_dir, /*quiet=*/true);
+}
+
+int diagnose_npy(const std::filesystem::path& case_dir, const std::filesystem::path& answer_dir, bool json) {
+  const Diagnosis d = diagnose_with(case_dir, answer_dir, /*quiet=*/json);
+  print_diagnosis(d, json);
+  return d.verdict == "pass" ? 0 : d.verdict == "fail" ? 1 : 2;
 }
 
 }  // namespace grader
