@@ -2,16 +2,13 @@
 //
 // Write the three functions below; labs/03-heads-attention/README.md says what to read
 // first. The grader gives them PyTorch's own q, k, v and the case's mask, and does the
-// output projection itself. Build and grade (from the project's root):
+// output projection itself. This file is compiled against labs/interface/mha_lab.hpp
+// alone: the types are there, the library is not. Build and grade (from the project's root):
 //   cmake --build build/default --target lab03 && build/default/labs/lab03
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
 // D = head_dim = E / H, B = N*H.
-#include "third_party.hpp"
-
-import mha;
-
-#include "lab_api.hpp"
+#include "mha_lab.hpp"
 
 namespace lab03 {
 
@@ -30,12 +27,11 @@ xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>& heads, std::size_t num_he
 }
 
 // q (B, L, D), k (B, S, D), v (B, S, D), mask (1 or B, L, S), added to the scores, or none
-// -> output (B, L, D) and weights (B, L, S)   (mha::textbook::Attention: output, weights; leave
-//    probabilities empty)
+// -> output (B, L, D) and weights (B, L, S)   (lab::Attention has the fields output, weights)
 template <class T>
-mha::textbook::Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
-                                                         const xt::xtensor<T, 3>& v,
-                                                         const std::optional<xt::xtensor<T, 3>>& mask) {
+lab::Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
+                                               const xt::xtensor<T, 3>& v,
+                                               const std::optional<xt::xtensor<T, 3>>& mask) {
   // TODO: the scores of each batch-head, scaled; the mask; a softmax; the weighted values.
   throw lab::NotImplemented("scaled_dot_product_attention");
 }
@@ -45,13 +41,13 @@ template xt::xtensor<float, 3> split_heads(const xt::xtensor<float, 3>&, std::si
 template xt::xtensor<double, 3> split_heads(const xt::xtensor<double, 3>&, std::size_t);
 template xt::xtensor<float, 3> merge_heads(const xt::xtensor<float, 3>&, std::size_t);
 template xt::xtensor<double, 3> merge_heads(const xt::xtensor<double, 3>&, std::size_t);
-template mha::textbook::Attention<float> scaled_dot_product_attention(const xt::xtensor<float, 3>&,
-                                                                      const xt::xtensor<float, 3>&,
-                                                                      const xt::xtensor<float, 3>&,
-                                                                      const std::optional<xt::xtensor<float, 3>>&);
-template mha::textbook::Attention<double> scaled_dot_product_attention(const xt::xtensor<double, 3>&,
-                                                                       const xt::xtensor<double, 3>&,
-                                                                       const xt::xtensor<double, 3>&,
-                                                                       const std::optional<xt::xtensor<double, 3>>&);
+template lab::Attention<float> scaled_dot_product_attention(const xt::xtensor<float, 3>&,
+                                                            const xt::xtensor<float, 3>&,
+                                                            const xt::xtensor<float, 3>&,
+                                                            const std::optional<xt::xtensor<float, 3>>&);
+template lab::Attention<double> scaled_dot_product_attention(const xt::xtensor<double, 3>&,
+                                                             const xt::xtensor<double, 3>&,
+                                                             const xt::xtensor<double, 3>&,
+                                                             const std::optional<xt::xtensor<double, 3>>&);
 
 }  // namespace lab03
