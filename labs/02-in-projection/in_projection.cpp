@@ -26,8 +26,8 @@ lab::QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtens
 // p.w_q (E, E), p.w_k (E, Ek), p.w_v (E, Ev), p.b_q, p.b_k, p.b_v (E) or none
 // -> q (L, N, E), k (S, N, E), v (S, N, E)
 template <class T>
-lab::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
-                          const xt::xtensor<T, 3>& value, const lab::SeparateProjections<T>& p) {
+lab::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
+                          const lab::SeparateProjections<T>& p) {
   // TODO: the same three projections, with three separate weights (kdim, vdim may differ from E).
   throw lab::NotImplemented("in_projection");
 }

@@ -41,8 +41,7 @@ template xt::xtensor<float, 3> split_heads(const xt::xtensor<float, 3>&, std::si
 template xt::xtensor<double, 3> split_heads(const xt::xtensor<double, 3>&, std::size_t);
 template xt::xtensor<float, 3> merge_heads(const xt::xtensor<float, 3>&, std::size_t);
 template xt::xtensor<double, 3> merge_heads(const xt::xtensor<double, 3>&, std::size_t);
-template lab::Attention<float> scaled_dot_product_attention(const xt::xtensor<float, 3>&,
-                                                            const xt::xtensor<float, 3>&,
+template lab::Attention<float> scaled_dot_product_attention(const xt::xtensor<float, 3>&, const xt::xtensor<float, 3>&,
                                                             const xt::xtensor<float, 3>&,
                                                             const std::optional<xt::xtensor<float, 3>>&);
 template lab::Attention<double> scaled_dot_product_attention(const xt::xtensor<double, 3>&,

@@ -123,7 +123,7 @@ xt::xtensor<T, 3> to_seq_first_batched(const xt::xarray<T>& x, bool batch_first)
 template <class T>
 xt::xarray<T> caller_layout(const xt::xtensor<T, 3>& x, bool batched, bool batch_first) {
   if (!batched) return xt::view(x, xt::all(), 0, xt::all());  // (L, E)
-  if (batch_first) return xt::transpose(x, {1, 0, 2});         // (N, L, E)
+  if (batch_first) return xt::transpose(x, {1, 0, 2});        // (N, L, E)
   return x;
 }
 
@@ -176,8 +176,8 @@ template lab::PackedProjection<double> pack(const lab::SeparateProjections<doubl
 namespace lab02 {
 
 template <class T>
-lab::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
-                          const xt::xtensor<T, 3>& value, const lab::SeparateProjections<T>& p) {
+lab::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
+                          const lab::SeparateProjections<T>& p) {
   auto bias = [](const std::optional<xt::xtensor<T, 1>>& b) { return injected("bias_missing") ? std::nullopt : b; };
   return {linear(query, p.w_q, bias(p.b_q)), linear(key, p.w_k, bias(p.b_k)), linear(value, p.w_v, bias(p.b_v))};
 }
@@ -261,8 +261,7 @@ template xt::xtensor<float, 3> split_heads(const xt::xtensor<float, 3>&, std::si
 template xt::xtensor<double, 3> split_heads(const xt::xtensor<double, 3>&, std::size_t);
 template xt::xtensor<float, 3> merge_heads(const xt::xtensor<float, 3>&, std::size_t);
 template xt::xtensor<double, 3> merge_heads(const xt::xtensor<double, 3>&, std::size_t);
-template lab::Attention<float> scaled_dot_product_attention(const xt::xtensor<float, 3>&,
-                                                            const xt::xtensor<float, 3>&,
+template lab::Attention<float> scaled_dot_product_attention(const xt::xtensor<float, 3>&, const xt::xtensor<float, 3>&,
                                                             const xt::xtensor<float, 3>&,
                                                             const std::optional<xt::xtensor<float, 3>>&);
 template lab::Attention<double> scaled_dot_product_attention(const xt::xtensor<double, 3>&,
@@ -501,8 +500,8 @@ xt::xtensor<T, 3> output_weights_backward(const xt::xarray<T>& d_weights, std::s
   xt::xtensor<T, 3> d = xt::zeros<T>({N * H, L, S});
   for (std::size_t b = 0; b < N * H; ++b)  // head b = n*H + h: its share of the gradient, (L, S)
     for (std::size_t x = 0; x < LS; ++x)
-      d.data()[b * LS + x] += average ? d_weights.data()[(b / H) * LS + x] / static_cast<T>(H)
-                                      : d_weights.data()[b * LS + x];
+      d.data()[b * LS + x] +=
+          average ? d_weights.data()[(b / H) * LS + x] / static_cast<T>(H) : d_weights.data()[b * LS + x];
   return d;
 }
 
