@@ -418,6 +418,10 @@ int run_lab(std::string_view number, int argc, char** argv) {
     // 1) the inputs, 2) the student's program on them, in a process of its own, 3) the grading.
     const TemporaryFolder inputs;
     write_inputs(l, cases, options, inputs.path);
+    // Readable by the user the program runs as when this one is root (sandbox.hpp).
+    std::filesystem::permissions(inputs.path, std::filesystem::perms(0755));
+    for (const auto& e : std::filesystem::recursive_directory_iterator(inputs.path))
+      std::filesystem::permissions(e.path(), e.is_directory() ? std::filesystem::perms(0755) : std::filesystem::perms(0644));
     sandbox::Job job;
     job.argv = {std::filesystem::absolute(program).string(), inputs.path.string()};
     job.isolation = sandbox::Isolation::none;
