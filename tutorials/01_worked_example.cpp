@@ -78,7 +78,7 @@ int main(int argc, char** argv) try {
   CLI::App app{"Tutorial 01: a worked example, every intermediate printed"};
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
-  tutorial::title("10", "a worked example",
+  tutorial::title("01", "a worked example",
                   "Demonstrates: the whole forward on small integers, every intermediate printed,\n"
                   "              each one what PyTorch computes for the same numbers.");
   const auto c = tutorial::load<double>("worked_example_f64");

@@ -48,7 +48,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
-  tutorial::title("01", "the packed layout",
+  tutorial::title("02", "the packed layout",
                   "Demonstrates: in_proj_weight (3E, E) is W_q, W_k, W_v stacked by rows, in that order.");
 
   tutorial::step(1, "a tiny module: E = 4, H = 2, weights 0.01 row + 0.001 col");

@@ -115,7 +115,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
-  tutorial::title("02", "projections by hand",
+  tutorial::title("03", "projections by hand",
                   "Demonstrates: q = x W_q^T + b_q (likewise k, v) equals PyTorch's q, k, v;\n"
                   "              the K->Q->V order and x W without the transpose do not.");
   const auto info = mha::read_case_info(tutorial::case_dir(case_name));

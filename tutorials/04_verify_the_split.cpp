@@ -171,7 +171,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
-  tutorial::title("03", "the right way to verify the split",
+  tutorial::title("04", "the right way to verify the split",
                   "Demonstrates: element [1] of F.multi_head_attention_forward is the attention\n"
                   "              weights (N, L, S), not Q, K, V; compare with _in_projection_packed\n"
                   "              or with the whole forward output instead.");

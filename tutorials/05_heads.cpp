@@ -148,7 +148,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
-  tutorial::title("04", "heads, step by step",
+  tutorial::title("05", "heads, step by step",
                   "Demonstrates: split E into H heads, scale q, q k^T, mask, softmax, . v,\n"
                   "              concatenate, out_proj; in PyTorch's order, to PyTorch's result.");
   const auto info = mha::read_case_info(tutorial::case_dir(case_name));

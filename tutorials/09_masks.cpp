@@ -49,7 +49,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
-  tutorial::title("05", "masks",
+  tutorial::title("09", "masks",
                   "Demonstrates: causal and key padding masks; bool True = masked = -inf, the\n"
                   "              opposite of SDPA/ONNX; a fully masked row gives NaN; add_zero_attn\n"
                   "              keeps it finite.");

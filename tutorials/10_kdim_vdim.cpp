@@ -40,7 +40,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
-  tutorial::title("06", "kdim/vdim and the separate projections",
+  tutorial::title("10", "kdim/vdim and the separate projections",
                   "Demonstrates: kdim/vdim != E forces q/k/v_proj_weight; packing is then\n"
                   "              impossible; packed <-> separate conversion keeps the numbers.");
 

@@ -169,7 +169,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
-  tutorial::title("07", "attention maps as pictures",
+  tutorial::title("11", "attention maps as pictures",
                   "Demonstrates: one (L, S) attention map per head and their mean, drawn as PNG\n"
                   "              heatmaps; causal mask and padded key visible as grey cells.");
   auto c = tutorial::load<double>(case_name);

@@ -36,7 +36,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
-  tutorial::title("09", "load a trained layer and split it",
+  tutorial::title("13", "load a trained layer and split it",
                   "Demonstrates: layers.0.self_attn.* of a saved nn.TransformerEncoder, loaded from\n"
                   "              safetensors and split into W_q, W_k, W_v, gives PyTorch's output.");
   const std::filesystem::path dir = tutorial::project_path(folder), file = dir / "model.safetensors";
@@ -103,7 +103,7 @@ int main(int argc, char** argv) try {
   verdict.differs("layers.1.self_attn(src) vs layer 0's", other.forward(src, src, src).attn_output, expected);
 
   tutorial::step(6, "write the split weights, and read them back");
-  const auto out_dir = std::filesystem::temp_directory_path() / fmt::format("mha-tutorial-09-{}", ::getpid());
+  const auto out_dir = std::filesystem::temp_directory_path() / fmt::format("mha-tutorial-13-{}", ::getpid());
   std::filesystem::create_directories(out_dir);
   const mha::StateDict<float> parts{{"W_q", split.w_q}, {"W_k", split.w_k}, {"W_v", split.w_v},
                                     {"b_q", b_q},       {"b_k", b_k},       {"b_v", b_v}};

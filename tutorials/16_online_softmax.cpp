@@ -101,7 +101,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
-  tutorial::title("08", "the online softmax",
+  tutorial::title("16", "the online softmax",
                   "Demonstrates: softmax(s) . v computed tile by tile with a running maximum,\n"
                   "              sum and output, equal to the whole-row softmax; forgetting to\n"
                   "              rescale is wrong; the memory-efficient path matches PyTorch.");

@@ -240,7 +240,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
-  tutorial::title("11", "the backward pass by hand",
+  tutorial::title("17", "the backward pass by hand",
                   "Each step of the forward, undone by its own formula, gives autograd's gradients.");
   const auto info = mha::read_case_info(tutorial::case_dir(case_name));
   tutorial::refuse_error_case(info);

@@ -374,7 +374,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
-  tutorial::title("12", "train it",
+  tutorial::title("18", "train it",
                   "Demonstrates: a model built on the module learns to reverse sequences; its first\n"
                   "              steps are PyTorch's, loss for loss, parameter for parameter.");
   const auto golden = tutorial::project_path("golden/training/reverse");
@@ -450,6 +450,6 @@ int main(int argc, char** argv) try {
   loss_curve(losses, loss_pytorch, out_dir / "loss.png");
   return verdict.finish();
 } catch (const std::exception& e) {
-  fmt::print(stderr, "tutorial-12: {}\n", e.what());
+  fmt::print(stderr, "tutorial-18-train-it: {}\n", e.what());
   return EXIT_FAILURE;
 }

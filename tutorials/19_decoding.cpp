@@ -42,7 +42,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
-  tutorial::title("13", "decoding one token at a time",
+  tutorial::title("19", "decoding one token at a time",
                   "Demonstrates: a cached step (static_k, static_v) is the last row of the causal\n"
                   "              forward; the cache grows by one position per token.");
   tutorial::Verdict verdict;

@@ -17,7 +17,7 @@ import torch
 
 from common import check, done, forward, in_projection_spy, load_case, make_module, max_abs_err, rounded, title
 
-title("10 a worked example")
+title("01 a worked example")
 info, t = load_case("worked_example_f64")
 E, H, D = 4, 2, 2
 module = make_module(info, t)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from common import check, close, done, forward, in_projection_spy, load_case, make_module, title
 
-title("01 the packed layout")
+title("02 the packed layout")
 
 # 1) the page's tiny module: E = 4, H = 2, value at (row, col) = 0.01 row + 0.001 col
 E = 4

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from common import check, close, done, forward, in_projection_spy, load_case, make_module, max_abs_err, title
 
-title("02 projections by hand")
+title("03 projections by hand")
 info, t = load_case("cross_seqfirst_f32")
 module = make_module(info, t)
 tol = info["tolerance"]

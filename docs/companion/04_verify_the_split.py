@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from common import check, close, done, inputs, load_case, max_abs_err, title
 
-title("03 verifying the split")
+title("04 verifying the split")
 info, t = load_case("self_seqfirst_f32")
 tol = info["tolerance"]
 E, H = info["module"]["embed_dim"], info["module"]["num_heads"]

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from common import (check, close, done, forward, in_projection_spy, load_case, make_module, max_abs_err,
                     only_with_pytorch_1_13, title)
 
-title("04 heads")
+title("05 heads")
 info, t = load_case("attn_mask_float_2d_f32")
 tol = info["tolerance"]
 module = make_module(info, t)

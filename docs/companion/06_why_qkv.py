@@ -23,7 +23,7 @@ import torch
 from common import check, close, done, forward, load_case, make_module, title
 from page_table import sync
 
-title("why queries, keys and values")
+title("06 why queries, keys and values")
 
 print("-- 1) the weights come from q and k; v only carries what is mixed --")
 info, t = load_case("self_seqfirst_f32")

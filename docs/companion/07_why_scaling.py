@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from common import check, done, title
 from page_table import sync
 
-title("why 1/sqrt(D)")
+title("07 why 1/sqrt(D)")
 ROWS, S, SEED = 2000, 16, 2024  # queries per D (each its own keys), keys per query
 
 

@@ -28,7 +28,7 @@ import torch
 from common import check, done, title
 from page_table import sync
 
-title("why several heads")
+title("08 why several heads")
 L, P = 6, 6           # tokens; width of the position code
 E = 2 * P             # features: [position one-hot (P) | content (P)]
 SCORE = 8.0           # the score of a matching key after PyTorch's scaling

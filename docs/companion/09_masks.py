@@ -15,7 +15,7 @@ import torch
 
 from common import check, close, done, forward, is_pytorch_1_13, load_case, make_module, max_abs_err, title
 
-title("05 masks")
+title("09 masks")
 
 print("-- 1) the causal mask --")
 causal_float = torch.nn.Transformer.generate_square_subsequent_mask(4)

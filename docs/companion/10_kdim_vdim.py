@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from common import check, close, done, forward, in_projection_spy, load_case, make_module, title
 
-title("06 kdim, vdim and separate projections")
+title("10 kdim, vdim and separate projections")
 
 print("-- 1) kdim = 5, vdim = 3, E = 8 --")
 info, t = load_case("cross_kdim_vdim_seqfirst_f32")

@@ -14,7 +14,7 @@ import torch
 
 from common import check, close, done, forward, load_case, make_module, title
 
-title("07 attention maps")
+title("11 attention maps")
 
 print("-- 1) is_causal_batchfirst_key_padding_mask_f64, batch entry 1 --")
 info, t = load_case("is_causal_batchfirst_key_padding_mask_f64")

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from common import ROOT, check, close, done, read_safetensors, title
 
-title("attention in a Transformer layer")
+title("12 attention in a Transformer layer")
 FOLDER = ROOT / "golden" / "weights" / "transformer_encoder"
 info = json.loads((FOLDER / "model.json").read_text())
 sd = read_safetensors(FOLDER / "model.safetensors")

@@ -19,7 +19,7 @@ import torch
 
 from common import ROOT, check, close, done, max_abs_err, read_safetensors, title
 
-title("weights from a trained model")
+title("13 weights from a trained model")
 FOLDER = ROOT / "golden" / "weights" / "transformer_encoder"
 model = json.loads((FOLDER / "model.json").read_text())
 sd = read_safetensors(FOLDER / "model.safetensors")

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from common import check, close, done, only_with_pytorch_1_13, title
 
-title("versions: what 1.13.1 does")
+title("15 versions: what 1.13.1 does")
 only_with_pytorch_1_13("every check of this page (1.13.1's API, source lines and fast path)")
 print("-- 1) the API --")
 check("torch.__version__ is 1.13 (Debian's 1.13.1 reports 1.13.0a0)", torch.__version__.startswith("1.13"))

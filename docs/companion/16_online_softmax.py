@@ -15,7 +15,7 @@ import torch
 
 from common import check, close, done, title
 
-title("online softmax")
+title("16 online softmax")
 s = torch.tensor([0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 4.0, 3.0], dtype=torch.float64)  # (S), tutorial 16
 v = torch.tensor([[1, 0], [0, 1], [1, 1], [2, 0], [0, 2], [-1, 1], [1, -1], [3, 3]], dtype=torch.float64)  # (S, D)
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from common import check, close, done, load_case, make_module, max_abs_err, title
 
-title("11 the backward pass by hand")
+title("17 the backward pass by hand")
 info, t = load_case("backward_cross_unbatched_f64")
 E, H = info["module"]["embed_dim"], info["module"]["num_heads"]
 D = E // H

@@ -24,7 +24,7 @@ from common import ROOT, check, close, done, max_abs_err, title
 sys.path.insert(0, str(ROOT / "golden"))
 from generator.training import Reverser, reverse_loss  # noqa: E402
 
-title("12 train it")
+title("18 train it")
 RUN = ROOT / "golden" / "training" / "reverse"
 settings = json.loads((RUN / "training.json").read_text())
 tokens, targets = (torch.from_numpy(np.load(RUN / f"{n}.npy")).long() for n in ("tokens", "targets"))  # (K, N, L)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from common import check, close, done, load_case, max_abs_err, title
 
-title("13 decoding, one token at a time")
+title("19 decoding, one token at a time")
 torch.manual_seed(13)
 
 
