@@ -65,7 +65,7 @@ const std::vector<Entry>& catalogue() {
       {M::grad_transposed, "grad_transposed", "backward: linear",
        "a weight gradient transposed: dW = dY^T X is (out, in), as the weight", "docs/17-backward-by-hand.md", "06", 3},
       {M::softmax_jacobian_diagonal_missing, "softmax_jacobian_diagonal_missing", "backward: softmax",
-       "the softmax backward without its diagonal: dS = P * (dP - rowsum(dP * P)), not -P * rowsum(dP * P)",
+       "the softmax backward without its diagonal: dZ = P * (dP - rowsum(dP * P)), not -P * rowsum(dP * P)",
        "docs/17-backward-by-hand.md", "06"},
       {M::grad_scale_missing, "grad_scale_missing", "backward: scores",
        "the 1/sqrt(D) missing from dq or dk: the scores are (q / sqrt(D)) k^T", "docs/17-backward-by-hand.md", "06", 3},

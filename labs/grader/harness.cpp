@@ -163,24 +163,17 @@ bool consistent(const PartFunctions<T>& fns, const std::vector<Record<T>>& recor
   return true;
 }
 
-// Does the set change a result that the set without `m` gives? (each mistake named must show)
+// Does the set change a result of the records that the set without its mistake `drop` gives?
+// (each mistake named must show, in one dtype or the other)
 template <class T>
-bool each_shows(const PartFunctions<T>& fns, const std::vector<Record<T>>& records, const Injections& pair) {
-  for (std::size_t drop = 0; drop < pair.size(); ++drop) {
-    Injections rest;
-    for (std::size_t i = 0; i < pair.size(); ++i)
-      if (i != drop) rest.push_back(pair[i]);
-    bool differs = false;
-    for (const auto& r : records) {
-      if (!r.answer) continue;
-      if (!matches(r.c.info, fns.expected(r.c, pair), fns.expected(r.c, rest), /*strict=*/false)) {
-        differs = true;
-        break;
-      }
-    }
-    if (!differs) return false;
-  }
-  return true;
+bool differs_without(const PartFunctions<T>& fns, const std::vector<Record<T>>& records, const Injections& set,
+                     std::size_t drop) {
+  Injections rest;
+  for (std::size_t i = 0; i < set.size(); ++i)
+    if (i != drop) rest.push_back(set[i]);
+  for (const auto& r : records)
+    if (r.answer && !matches(r.c.info, fns.expected(r.c, set), fns.expected(r.c, rest), /*strict=*/false)) return true;
+  return false;
 }
 
 // What a part's grading prints: to the caller's report when it gives one, else to stdout
@@ -282,8 +275,10 @@ PartResult grade_part(const Part& part, const std::vector<mha::CaseInfo>& cases,
       for (std::size_t j = i + 1; j < singles.size(); ++j) {
         if (singles[i].mistake == singles[j].mistake) continue;
         const Injections pair{singles[i], singles[j]};
-        if (explains(pair) && each_shows(part.f32, f32, pair) && each_shows(part.f64, f64, pair))
-          result.named.push_back(pair);
+        bool each_shows = true;
+        for (std::size_t drop = 0; drop < pair.size(); ++drop)
+          each_shows = each_shows && (differs_without(part.f32, f32, pair, drop) || differs_without(part.f64, f64, pair, drop));
+        if (explains(pair) && each_shows) result.named.push_back(pair);
       }
   // One mistake in two of its variants is one mistake named once.
   std::vector<std::string> seen;

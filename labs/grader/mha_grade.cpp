@@ -225,12 +225,18 @@ void stage_kit(const Kit& kit, const fs::path& dir) {
   readable(dir);
 }
 
-// The build's shell line, as the sandbox sees it: the student's file /box/src/FILE compiled
-// against /kit/include alone, linked with the lab's runner.
-std::string build_line(const Kit& kit, const LabFile& lab) {
-  return fmt::format("{} {} -I/kit/include -c /box/src/{} -o /box/student.o && {} {} /box/student.o /kit/lab{}-runner.o -o "
-                     "/box/lab{}-answers",
-                     kit.compiler, joined(kit.compile), lab.file, kit.compiler, joined(kit.link), lab.number,
+// Where a job sees the kit, its work folder and the lab's inputs: /kit, /box and /inputs in
+// the sandbox; the folders themselves without it.
+struct Places {
+  fs::path kit, box, inputs;
+};
+
+// The build's shell line: the student's file BOX/src/FILE compiled against KIT/include alone,
+// linked with the lab's runner.
+std::string build_line(const Kit& kit, const LabFile& lab, const Places& at) {
+  return fmt::format("{} {} -I{}/include -c {}/src/{} -o {}/student.o && {} {} {}/student.o {}/lab{}-runner.o -o {}/lab{}-answers",
+                     kit.compiler, joined(kit.compile), at.kit.string(), at.box.string(), lab.file, at.box.string(),
+                     kit.compiler, joined(kit.link), at.box.string(), at.kit.string(), lab.number, at.box.string(),
                      lab.number);
 }
 
@@ -241,8 +247,10 @@ std::string build_failure(const std::string& log, const std::string& source) {
   for (const char* what : {"error:", "undefined reference"})
     if (first == "see the build log")
       for (const auto& line : lines_of(log))
-        if (line.find(what) != std::string::npos && line.find("linker command failed") == std::string::npos) {
-          first = line.substr(0, 200);
+        if (const auto at = line.find(what);
+            at != std::string::npos && line.find("linker command failed") == std::string::npos) {
+          // a compiler's line from its start (the file and line); a linker's from what is missing
+          first = line.substr(std::string_view(what) == "error:" ? 0 : at, 200);
           break;
         }
   const bool library = source.find("import mha") != std::string::npos || source.find("mha::") != std::string::npos ||
@@ -253,8 +261,10 @@ std::string build_failure(const std::string& log, const std::string& source) {
                  : "does not compile: " + first;
 }
 
-std::string cut_note(const Outcome& o, const Limits& limits) {
-  return o.output_truncated ? fmt::format("; its output was cut at {} bytes", limits.output) : std::string();
+// "its output was cut at N bytes", after what is already said.
+std::string cut_note(const Outcome& o, const Limits& limits, const std::string& before = "x") {
+  if (!o.output_truncated) return {};
+  return fmt::format("{}its output was cut at {} bytes", before.empty() ? "" : "; ", limits.output);
 }
 
 // Kept for the teacher: what the job printed (already bounded), and the grader's report.
@@ -308,10 +318,12 @@ std::vector<Row> grade_lab_file(const Task& task, const Settings& s, const Kit& 
     const uid_t user = grader::sandbox::box_user(slot);
     for (const auto& p : {work, work / "src", work / "src" / lab.file}) [[maybe_unused]] int r = ::chown(p.c_str(), user, user);
   }
+  const fs::path inputs = s.staging / "inputs" / lab.number;
+  const Places at = s.isolation == Isolation::bubblewrap ? Places{"/kit", "/box", "/inputs"} : Places{kit_dir, work, inputs};
   Job build;
-  build.argv = {"/bin/sh", "-c", build_line(kit, lab)};
+  build.argv = {"/bin/sh", "-c", build_line(kit, lab, at)};
   build.binds = {{kit_dir, "/kit", false}, {work, "/box", true}};
-  build.cwd = "/box";
+  build.cwd = at.box;
   build.isolation = s.isolation;
   build.slot = slot;
   const Outcome built = grader::sandbox::run(build, s.build);
@@ -325,9 +337,9 @@ std::vector<Row> grade_lab_file(const Task& task, const Settings& s, const Kit& 
   // 2) the run: the program reads the inputs and answers on descriptor 3, nothing writable
   //    but its private /tmp
   Job run;
-  run.argv = {fmt::format("/box/lab{}-answers", lab.number), "/inputs"};
-  run.binds = {{work, "/box", false}, {s.staging / "inputs" / lab.number, "/inputs", false}};
-  run.cwd = "/tmp";
+  run.argv = {(at.box / fmt::format("lab{}-answers", lab.number)).string(), at.inputs.string()};
+  run.binds = {{work, "/box", false}, {inputs, "/inputs", false}};
+  run.cwd = s.isolation == Isolation::bubblewrap ? fs::path("/tmp") : work;
   run.answers_channel = true;
   run.isolation = s.isolation;
   run.slot = slot;
@@ -358,7 +370,7 @@ std::vector<Row> grade_lab_file(const Task& task, const Settings& s, const Kit& 
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     std::string diagnosis = ids.empty() ? (r.ok() || r.not_implemented ? "" : r.departure) : fmt::format("{}", fmt::join(ids, ","));
     if (ran.exit_status != 0 && !r.ok()) diagnosis += fmt::format("{}its program exited with status {}", diagnosis.empty() ? "" : "; ", ran.exit_status);
-    diagnosis += cut_note(ran, s.run);
+    diagnosis += cut_note(ran, s.run, diagnosis);
     const double max = s.points.part(graded, r.part);
     const double points = r.total > 0 && !r.not_implemented ? max * r.passed / r.total : 0;
     rows.push_back({task.student, lab.number, r.part, r.passed, r.total,
@@ -404,13 +416,7 @@ void write_gradebook(const std::vector<Row>& rows, const std::vector<std::string
                       md_field(r.part), r.passed, r.total, r.verdict, md_field(r.diagnosis), r.points, r.max_points);
   }
   lms << "student";
-  double all = 0;
-  for (const auto& lab : grader::labs()) {
-    double max = 0;
-    for (const auto& p : lab.parts) max += Points{}.part(lab, p.name);
-    lms << ",lab" << lab.number;
-    all += max;
-  }
+  for (const auto& lab : grader::labs()) lms << ",lab" << lab.number;
   lms << ",npy_cases_right,total\n";
   for (const auto& student : students) {
     lms << csv_field(student);
@@ -429,7 +435,7 @@ void write_gradebook(const std::vector<Row>& rows, const std::vector<std::string
   }
 }
 
-int gradebook(const fs::path& submissions, const fs::path& build, const fs::path& source_dir, Settings s, int jobs) {
+int gradebook(const fs::path& submissions, const fs::path& build, Settings s, int jobs) {
   if (!fs::is_directory(submissions))
     throw mha::Error(fmt::format("submissions: {} is not a folder", submissions.string()));
   if (s.isolation == Isolation::bubblewrap) {
@@ -602,7 +608,7 @@ int main(int argc, char** argv) {
     s.build.processes = std::max(s.build.processes, s.run.processes);
     s.isolation = no_sandbox ? Isolation::none : Isolation::bubblewrap;
     s.points = read_points(points_file);
-    return gradebook(fs::absolute(submissions), fs::absolute(build), fs::absolute(source), s, jobs);
+    return gradebook(fs::absolute(submissions), fs::absolute(build), s, jobs);
   } catch (const std::exception& e) {
     fmt::print(stderr, "mha-grade: {}\n", e.what());
     return 2;

@@ -210,6 +210,11 @@ void set_limit(int resource, rlim_t value) {
     }
   }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (job.isolation == Isolation::none && ::chdir(job.cwd.c_str()) != 0) {
+    const char* why = "cannot enter the job's folder";
+    [[maybe_unused]] auto n = ::write(report, why, std::strlen(why));
+    ::_exit(127);
+  }
   ::execve(argv[0], argv.data(), envp.data());
   const char* why = "cannot start ";
   [[maybe_unused]] auto n1 = ::write(report, why, std::strlen(why));

@@ -21,17 +21,26 @@ if(NOT status EQUAL 0)
 endif()
 file(READ "${OUT}/book/gradebook.csv" csv)
 set(expected
-  "ada,01,split_packed,86,86,pass,\n"
-  "ada,01,pack,86,86,pass,\n"
-  "bob,01,split_packed,0,86,fail,qk_swapped\n"
-  "bob,01,pack,0,0,not_implemented,\n"
+  "ada,01,split_packed,86,86,pass,,5.00,5.00\n"
+  "ada,01,pack,86,86,pass,,5.00,5.00\n"
+  "bob,01,split_packed,0,86,fail,qk_swapped,0.00,5.00\n"
+  "bob,01,pack,0,0,not_implemented,,0.00,5.00\n"
   "cy,01,-,0,0,build failed,does not compile: [^\n]*error"
-  "dee,01,-,0,0,timed out,no answer within 10 s\n"
-  "eve,01,-,0,0,crashed,ended by signal 11\n"
-  "fay,npy cross_seqfirst_f32,forward,1,1,pass,\n")
+  "dee,01,-,0,0,timed out,no answer within 10 s,0.00,10.00\n"
+  "eve,01,-,0,0,crashed,ended by signal 11,0.00,10.00\n"
+  "fay,npy cross_seqfirst_f32,forward,1,1,pass,,0.00,0.00\n")
 foreach(line IN LISTS expected)
   if(NOT csv MATCHES "${line}")
     message(FATAL_ERROR "gradebook.csv has no line matching '${line}':\n${csv}")
+  endif()
+endforeach()
+# lms.csv: a row per student, each lab's points and the total (ada's lab 01: 10 of 10).
+file(READ "${OUT}/book/lms.csv" lms)
+foreach(line IN ITEMS "student,lab01,lab02,lab03,lab04,lab05,lab06,npy_cases_right,total\n"
+                      "ada,10.00,0.00,0.00,0.00,0.00,0.00,0,10.00\n" "bob,0.00,0.00,0.00,0.00,0.00,0.00,0,0.00\n"
+                      "fay,0.00,0.00,0.00,0.00,0.00,0.00,1,0.00\n")
+  if(NOT lms MATCHES "${line}")
+    message(FATAL_ERROR "lms.csv has no line matching '${line}':\n${lms}")
   endif()
 endforeach()
 message("gradebook: every student listed with the right verdict: OK")

@@ -43,6 +43,18 @@ SHOWN_ON = {
     "out_proj_missing": "cross_seqfirst_f32",
 }
 
+# Two mistakes made together, as a student in another language makes them; each pair is
+# named as both of its ids (sorted), on the case where both show.
+PAIRS_ON = {
+    "kv_swapped,no_scaling": "cross_seqfirst_f32",
+    "no_scaling,qk_swapped": "cross_seqfirst_f32",
+    "bias_missing,no_scaling": "cross_seqfirst_f32",
+    "mask_inverted,no_scaling": "attn_mask_bool_3d_batchfirst_f32",
+    "kv_swapped,out_proj_missing": "cross_seqfirst_f32",
+    "bias_missing,kv_swapped": "cross_seqfirst_f32",
+    "no_scaling,weights_not_averaged": "cross_seqfirst_f32",
+}
+
 
 def load(case):
     d = CASES / case
@@ -67,7 +79,9 @@ def additive(mask, inverted, ignored, dtype):
 
 
 def forward(info, t, mistake=None):
-    """nn.MultiheadAttention's forward, with `mistake` (a catalogue id) made, or none."""
+    """nn.MultiheadAttention's forward, with `mistake` made (a catalogue id, or several joined
+    by commas: "kv_swapped,no_scaling"), or none."""
+    made = set(mistake.split(",")) if mistake else set()
     m, f = info["module"], info["forward"]
     E, H = m["embed_dim"], m["num_heads"]
     D = E // H
@@ -82,9 +96,10 @@ def forward(info, t, mistake=None):
     query, key, value = seq_first(t["query"]), seq_first(t["key"]), seq_first(t["value"])
     L, N, S = query.shape[0], query.shape[1], key.shape[0]
     order = {"qk_swapped": (1, 0, 2), "kv_swapped": (0, 2, 1), "qv_swapped": (2, 1, 0),
-             "order_kvq": (2, 0, 1), "order_vqk": (1, 2, 0)}.get(mistake, (0, 1, 2))
+             "order_kvq": (2, 0, 1), "order_vqk": (1, 2, 0)}
+    order = next((order[x] for x in made if x in order), (0, 1, 2))
     w, b = t["in_proj_weight"], t.get("in_proj_bias")
-    if mistake == "bias_missing":
+    if "bias_missing" in made:
         b = None
     ws = [w[i * E:(i + 1) * E] for i in order]
     bs = [None if b is None else b[i * E:(i + 1) * E] for i in order]
@@ -93,45 +108,45 @@ def forward(info, t, mistake=None):
         y = x @ (w.T if transposed else w)
         return y if b is None else y + b
 
-    nt = mistake != "weight_not_transposed"
+    nt = "weight_not_transposed" not in made
     q, k, v = (linear(x, ws[i], bs[i], nt) for i, x in enumerate((query, key, value)))
 
     def heads(x):  # (L, N, E) -> (N*H, L, D)
         n = x.shape[0]
-        if mistake == "heads_split_wrong":
+        if "heads_split_wrong" in made:
             return x.reshape(n, N, D, H).transpose(1, 3, 0, 2).reshape(N * H, n, D)
         return x.reshape(n, N * H, D).transpose(1, 0, 2)
 
     qh, kh, vh = heads(q), heads(k), heads(v)
-    attn = additive(t.get("attn_mask"), mistake == "mask_inverted", mistake == "mask_ignored", dtype)
+    attn = additive(t.get("attn_mask"), "mask_inverted" in made, "mask_ignored" in made, dtype)
     if attn is not None and attn.ndim == 2:
         attn = attn[None]
-    kpm = additive(t.get("key_padding_mask"), mistake == "mask_inverted", False, dtype)
+    kpm = additive(t.get("key_padding_mask"), "mask_inverted" in made, False, dtype)
     mask = attn
     if kpm is not None:
         kpm = kpm.reshape(N, S)
-        rows = np.tile(kpm, (H, 1)) if mistake == "key_padding_mask_wrong_rows" else np.repeat(kpm, H, axis=0)
+        rows = np.tile(kpm, (H, 1)) if "key_padding_mask_wrong_rows" in made else np.repeat(kpm, H, axis=0)
         mask = (0 if attn is None else attn) + rows[:, None, :]
-    scale = {"no_scaling": 1.0, "scaled_by_d_not_sqrt": 1.0 / D,
-             "scaled_by_e_not_d": np.sqrt(1.0 / E)}.get(mistake, np.sqrt(1.0 / D))
+    scales = {"no_scaling": 1.0, "scaled_by_d_not_sqrt": 1.0 / D, "scaled_by_e_not_d": np.sqrt(1.0 / E)}
+    scale = next((scales[x] for x in made if x in scales), np.sqrt(1.0 / D))
     scores = (qh * dtype.type(scale)) @ kh.transpose(0, 2, 1)
     if mask is not None:
         scores = scores + mask
-    p = softmax(scores, axis=1 if mistake == "softmax_wrong_axis" else 2)
+    p = softmax(scores, axis=1 if "softmax_wrong_axis" in made else 2)
     out = p @ vh  # (N*H, L, D)
-    if mistake == "heads_split_wrong":
+    if "heads_split_wrong" in made:
         merged = out.reshape(N, H, L, D).transpose(2, 0, 3, 1).reshape(L, N, E)
     else:
         merged = out.transpose(1, 0, 2).reshape(L, N, E)
     wo, bo = t["out_proj.weight"], t.get("out_proj.bias")
-    y = merged if mistake == "out_proj_missing" else linear(merged, wo, bo)
+    y = merged if "out_proj_missing" in made else linear(merged, wo, bo)
     y = y.transpose(1, 0, 2) if bf else y
     y = y if batched else y[:, 0, :]
     weights = None
     if f["need_weights"]:
         weights = p.reshape(N, H, L, S)
         if f["average_attn_weights"]:
-            weights = weights.sum(axis=1) if mistake == "weights_not_averaged" else weights.mean(axis=1)
+            weights = weights.sum(axis=1) if "weights_not_averaged" in made else weights.mean(axis=1)
         weights = weights if batched else weights[0]
     return y.astype(dtype), None if weights is None else weights.astype(dtype)
 
@@ -162,6 +177,14 @@ def main():
             status, named, out = diagnose(grader, case, *forward(info, t, mistake), tmp / case / mistake)
             ok = status == 1 and named == mistake
             print(f"{mistake} on {case}: exit {status}, named {named}: {'OK' if ok else 'FAIL'}")
+            if not ok:
+                print(out)
+            failed |= not ok
+        for pair, case in PAIRS_ON.items():
+            info, t = load(case)
+            status, named, out = diagnose(grader, case, *forward(info, t, pair), tmp / case / pair)
+            ok = status == 1 and named == pair.replace(",", " ")
+            print(f"{pair} on {case}: exit {status}, named {named}: {'OK' if ok else 'FAIL'}")
             if not ok:
                 print(out)
             failed |= not ok

@@ -505,7 +505,7 @@ xt::xtensor<T, 3> output_weights_backward(const xt::xarray<T>& d_weights, std::s
   return d;
 }
 
-// softmax backward, row by row:  dS = P * (dP - rowsum(dP * P)).  (B, L, S)
+// softmax backward, row by row:  dZ = P * (dP - rowsum(dP * P)).  (B, L, S)
 // A row of P that is NaN (all keys masked) gives a row of NaN, as in PyTorch.
 template <class T>
 xt::xtensor<T, 3> softmax_backward(const xt::xtensor<T, 3>& probabilities, const xt::xtensor<T, 3>& d_probabilities) {
@@ -528,9 +528,9 @@ struct ScoresGradients {
 };
 
 // scores = (q * scale) K^T + mask backward, scale = sqrt(1/D):
-//   dQ = dS K * scale   (PyTorch scales q before the product, so the scale comes last),
-//   dK = dS^T (q * scale).  The mask is a constant: it takes no gradient.
-// q (B, L, D), k (B, S, D), d_scores dS (B, L, S)
+//   dQ = dZ K * scale   (PyTorch scales q before the product, so the scale comes last),
+//   dK = dZ^T (q * scale).  The mask is a constant: it takes no gradient.
+// q (B, L, D), k (B, S, D), d_scores dZ (B, L, S)
 template <class T>
 ScoresGradients<T> scores_backward(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k,
                                    const xt::xtensor<T, 3>& d_scores) {
@@ -538,14 +538,14 @@ ScoresGradients<T> scores_backward(const xt::xtensor<T, 3>& q, const xt::xtensor
   const T scale = attention_scale<T>(D);
   ScoresGradients<T> g{xt::xtensor<T, 3>::from_shape({B, L, D}), xt::xtensor<T, 3>::from_shape({B, S, D})};
   for (std::size_t b = 0; b < B; ++b) {
-    // dQ = dS K * scale: (L, S) x (S, D) -> (L, D)
+    // dQ = dZ K * scale: (L, S) x (S, D) -> (L, D)
     for (std::size_t i = 0; i < L; ++i)
       for (std::size_t d = 0; d < D; ++d) {
         T sum = 0;
         for (std::size_t j = 0; j < S; ++j) sum += d_scores(b, i, j) * k(b, j, d);
         g.query(b, i, d) = sum * scale;
       }
-    // dK = dS^T (q * scale): (S, L) x (L, D) -> (S, D)
+    // dK = dZ^T (q * scale): (S, L) x (L, D) -> (S, D)
     for (std::size_t j = 0; j < S; ++j)
       for (std::size_t d = 0; d < D; ++d) {
         T sum = 0;
