@@ -215,6 +215,36 @@ def main():
         ok = r.returncode == 2 and "attn_output.npy" in r.stdout
         print(f"corrupt file: exit {r.returncode}: {'OK' if ok else 'FAIL'} ({r.stdout.strip()})")
         failed |= not ok
+        # Crafted files: a header that claims terabytes, a file far larger than the answer, a
+        # link to a file elsewhere; each refused before its data is read, exit status 2.
+        crafted = tmp / "bad" / "crafted"
+        for what, make, expected in (
+            ("terabytes", lambda f: f.write_bytes(b"\x93NUMPY\x01\x00" + b"v\x00" + (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000, 1000), }".ljust(117) + "\n"
+            ).encode() + b"\x00" * 64), "data bytes for shape (1000000, 1000000, 1000)"),
+            ("huge", lambda f: f.write_bytes(b"\x00" * (8 << 20)), "expected at most"),
+            ("link", lambda f: f.symlink_to(CASES / case / "attn_output.npy"), "not a plain file"),
+        ):
+            folder = crafted / what
+            folder.mkdir(parents=True)
+            make(folder / "attn_output.npy")
+            np.save(folder / "attn_output_weights.npy", w)
+            r = subprocess.run([grader, "diagnose", str(CASES / case), str(folder)], capture_output=True, text=True)
+            ok = r.returncode == 2 and expected in r.stdout
+            print(f"{what} file: exit {r.returncode}: {'OK' if ok else 'FAIL'} ({r.stdout.strip()[:200]})")
+            failed |= not ok
+        # --json: one object, with each mistake's id and the page to reread.
+        folder = tmp / "json"
+        y, w = forward(info, t, "kv_swapped")
+        folder.mkdir()
+        np.save(folder / "attn_output.npy", y)
+        np.save(folder / "attn_output_weights.npy", w)
+        r = subprocess.run([grader, "diagnose", str(CASES / case), str(folder), "--json"], capture_output=True, text=True)
+        d = json.loads(r.stdout)
+        ok = (r.returncode == 1 and d["verdict"] == "fail" and [m["id"] for m in d["named"]] == ["kv_swapped"]
+              and d["named"][0]["page"].startswith("docs/"))
+        print(f"--json: exit {r.returncode}, {d['named']}: {'OK' if ok else 'FAIL'}")
+        failed |= not ok
     print("OK" if not failed else "FAILED")
     return 1 if failed else 0
 
