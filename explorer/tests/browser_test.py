@@ -198,10 +198,11 @@ class Page:
         found = self.driver.find_elements(By.CSS_SELECTOR, selector)
         return found[0].text if found else None
 
-    def hover(self, selector):
+    def hover(self, selector, scroll=True):
         """Moves the pointer onto a cell and returns the readout's text."""
         cell = self.driver.find_element(By.CSS_SELECTOR, selector)
-        self.driver.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'center'});", cell)
+        if scroll:
+            self.driver.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'center'});", cell)
         ActionChains(self.driver, duration=0).move_to_element(cell).perform()
         return self.driver.find_element(By.ID, "readout").text
 
@@ -549,10 +550,13 @@ PARTS = {"numbers": part_numbers, "order": part_order, "check": part_check, "swe
 
 
 def screenshots(page):
-    """One of each view, for the artifacts (and the README's, docs/images/explorer-heads.png)."""
+    """One of each view, for the artifacts; the packed view's, a W_k cell hovered, is the
+    README's (docs/images/explorer-packed.png)."""
     for view, key, n in (("packed", "1.13/per_head_weights_f32", 0), ("order", "1.13/self_seqfirst_f32", 0),
                          ("heads", "1.13/attn_mask_bool_2d_fully_masked_row", 1), ("check", CHECK_CASE, 0)):
         if page.open(key, view, n):
+            if view == "packed":
+                page.hover("table[data-tensor='in_proj_weight'] td[data-i='9'][data-j='3']", scroll=False)
             page.screenshot(f"explorer-{view}.png")
 
 

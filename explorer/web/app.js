@@ -267,12 +267,13 @@ window.MHA = window.MHA || {};
   function viewPacked(record, r, root) {
     root.appendChild(el("p", { class: "lead", text: "Which rows are Q? PyTorch packs the three projections into one weight: " +
       "q = query · W_qᵀ + b_q with W_q = in_proj_weight[0:E], k with rows [E, 2E), v with rows [2E, 3E)." }));
-    root.appendChild(r.options.packed ? packedWeight(record, r) : separateWeights(record, r));
     const s = r.sizes;
     root.appendChild(el("div", { class: "pickers" }, [batchPicker(r),
       positionPicker("query position i", s.L, state.i, (i) => { state.i = i; show(); }),
       positionPicker("key position j", s.S, state.j, (j) => { state.j = j; show(); })]));
-    root.appendChild(V.figure("One token", `q of query position ${state.i}, k and v of key position ${state.j}, batch entry ${state.n}: the page's, then PyTorch's own (q.npy, k.npy, v.npy).`, tokenTable(record, r)));
+    root.appendChild(el("div", { class: "row" }, [
+      r.options.packed ? packedWeight(record, r) : separateWeights(record, r),
+      V.figure("One token", `q of query position ${state.i}, k and v of key position ${state.j}, batch entry ${state.n}: the page's, then PyTorch's own (q.npy, k.npy, v.npy).`, tokenTable(record, r))]));
     for (const part of projectionTables(record, r)) root.appendChild(part);
   }
 
@@ -424,7 +425,11 @@ window.MHA = window.MHA || {};
       "Nothing leaves your browser." }));
     const input = el("input", { type: "file", id: "answer-files", multiple: "", accept: ".npy,.json" });
     const zone = el("div", { id: "drop-zone" }, ["Drop files here, or ", input]);
-    input.addEventListener("change", () => checkFiles(record, r, Array.from(input.files)));
+    input.addEventListener("change", () => {
+      const files = Array.from(input.files);
+      input.value = "";  // so that choosing the same file again is checked again
+      checkFiles(record, r, files);
+    });
     zone.addEventListener("dragover", (ev) => { ev.preventDefault(); zone.classList.add("over"); });
     zone.addEventListener("dragleave", () => zone.classList.remove("over"));
     zone.addEventListener("drop", (ev) => { ev.preventDefault(); zone.classList.remove("over"); checkFiles(record, r, Array.from(ev.dataTransfer.files)); });

@@ -46,7 +46,7 @@ MHA.check = (function () {
       hover: (i, j) => {
         const at = i * cols + j, e = expected.data[at];
         return `[${T.unravel(at, shape).join(", ")}]: yours ${T.format(got.data[at], got.dtype)}, PyTorch's ${T.format(e, expected.dtype)}, ` +
-               `allowed ±${T.format(T.allowed(e, tolerance), "f8")}`;
+               `allowed ±${T.allowed(e, tolerance).toPrecision(3)}`;
       },
     });
   }
@@ -75,7 +75,7 @@ MHA.check = (function () {
     if (!result.ok) {
       const index = T.unravel(result.first, expected.shape), e = expected.data[result.first];
       children.push(el("p", { class: "departure", dataset: { index: index.join(",") },
-        text: `first departs at [${index.join(", ")}]: yours ${T.format(got.data[result.first], got.dtype)}, PyTorch's ${T.format(e, expected.dtype)}, allowed ±${T.format(T.allowed(e, tolerance), "f8")}` }));
+        text: `first departs at [${index.join(", ")}]: yours ${T.format(got.data[result.first], got.dtype)}, PyTorch's ${T.format(e, expected.dtype)}, allowed ±${T.allowed(e, tolerance).toPrecision(3)}` }));
     }
     children.push(V.figure("difference map", "each cell |yours − PyTorch's| over what the tolerance allows; outlined red: departs. Hover a cell.",
                            differenceMap(got, expected, tolerance, readout)));
