@@ -27,6 +27,7 @@ draw times go to --artifacts.
 """
 
 import argparse
+import io
 import json
 import math
 import re
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -148,7 +150,8 @@ class Page:
 
     def __init__(self, site, artifacts):
         options = webdriver.ChromeOptions()
-        for flag in CHROMIUM_FLAGS + [f"--user-data-dir={tempfile.mkdtemp(prefix='explorer-chromium-')}"]:
+        self.profile = tempfile.mkdtemp(prefix="explorer-chromium-")  # a new, empty profile
+        for flag in CHROMIUM_FLAGS + [f"--user-data-dir={self.profile}"]:
             options.add_argument(flag)
         options.binary_location = "/usr/bin/chromium"
         self.driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
@@ -212,6 +215,7 @@ class Page:
 
     def close(self):
         self.driver.quit()
+        shutil.rmtree(self.profile, ignore_errors=True)
 
 
 # ---- the numbers part ----
@@ -365,7 +369,6 @@ def numpy_forward(key, swap_kv=False):
 
 
 def npy_bytes(array, version=None):
-    import io
     buffer = io.BytesIO()
     if version is None:
         np.save(buffer, array, allow_pickle=False)
@@ -542,8 +545,8 @@ def part_sweep(page, failures, args):
 
 # ---- main ----
 
-# With --plant-fault, a run that could not start exits with this, which CTest reports as
-# skipped (SKIP_RETURN_CODE), not as the failure that the planted fault must cause.
+# With --plant-fault, a run that could not start, or broke, exits with this, which CTest
+# reports as skipped (SKIP_RETURN_CODE), not as the failure that the planted fault must cause.
 NOT_RUN = 77
 
 PARTS = {"numbers": part_numbers, "order": part_order, "check": part_check, "sweep": part_sweep}
@@ -589,6 +592,10 @@ def main(argv=None):
             PARTS[part](page, failures, args)
         if "numbers" in args.part and not args.plant_fault:
             screenshots(page)
+    except Exception as error:  # the test itself broke: neither a pass nor the planted fault's failure
+        traceback.print_exc()
+        print(f"ERROR the browser test stopped: {error}")
+        return NOT_RUN if args.plant_fault else 2
     finally:
         page.close()
 
