@@ -377,6 +377,13 @@ def npy_bytes(array, version=None):
     return buffer.getvalue()
 
 
+def npy_with_header(array, header):
+    """A version 1.0 .npy with a header of our own words, padded as numpy pads it."""
+    header = header.encode("latin1")
+    header += b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + array.tobytes()
+
+
 def corrupt_files(key):
     """(file name, bytes, the words the page's message must hold): files a student may drop."""
     out = golden(key, "attn_output")
@@ -392,6 +399,7 @@ def corrupt_files(key):
         ("shape", npy_bytes(np.ascontiguousarray(out.transpose(1, 0, 2))), "shape"),
         ("absurd_header", bytes(absurd), "the header claims"),
         ("version_9", good[:6] + b"\x09\x00" + good[8:], "unknown .npy format version"),
+        ("no_shape", npy_with_header(out, "{'descr': '<f4', 'fortran_order': False}"), "the header has the keys"),
     ]
 
 
@@ -474,6 +482,15 @@ def part_check(page, failures, args):
             failures.check(entry.get("state") == "error" and words in entry.get("text", "") and entry.get("maps") == 0,
                            f"{key}: the {label} .npy shows an error with {words!r} and no map: {entry.get('text')!r}")
         page.screenshot("explorer-check-corrupt.png")
+        # ... and a header whose keys come in another order is read as numpy reads it
+        reordered = work / "reordered"
+        reordered.mkdir()
+        shape = ", ".join(map(str, golden(key, "attn_output").shape))
+        (reordered / "attn_output.npy").write_bytes(npy_with_header(
+            golden(key, "attn_output"), f"{{'shape': ({shape}), 'fortran_order': False, 'descr': '<f4', }}"))
+        shown = drop(page, [reordered / "attn_output.npy"])
+        failures.check(bool(shown) and shown[0]["state"] == "pass",
+                       f"{key}: a header with its keys in another order is read: {shown[0]['text'] if shown else None!r}")
 
         # 4) a diagnosis, in mha-grade diagnose --json's schema
         diagnosis = {"case": key.split("/", 1)[1], "verdict": "fail", "error": "",

@@ -361,7 +361,7 @@ window.MHA = window.MHA || {};
     const mask = maskSlice(r.mask, b, s.L, s.Sp);
     if (mask) parts.push(V.figure("mask", r.masks.causalHint ? "the causal mask of the is_causal hint" :
                                           "attn_mask + key_padding_mask, merged and added to the scores (-inf: masked)",
-      V.tensorMatrix(mask, { name: "mask", dataset: { n: n, h: h }, dtype: "f8", corner: "L\\S'", colLabel: keyLabel })));
+      V.tensorMatrix(mask, { name: "mask", dataset: { n: n, h: h }, dtype: dtype, corner: "L\\S'", colLabel: keyLabel })));
     const w = headSlice(r.weights, b);
     const full = r.fullyMasked.filter(([bb]) => bb === b).map(([, i]) => i);
     parts.push(V.figure(`weights of head ${h}`, "softmax over the keys: (L, S')" +

@@ -177,7 +177,7 @@ MHA.forward = (function () {
 
   // attn_mask (1 or B, L, S') + key_padding_mask (N, S') viewed as (N*H, 1, S'), or the
   // causal mask of the hint, top-left aligned. Returns (1 or B, L, S'), or null.
-  function mergedMask(masks, o, N, L, S) {
+  function mergedMask(masks, o, N, L, S, round) {
     if (masks.causalHint) {
       const out = new Float64Array(L * S);
       for (let i = 0; i < L; ++i) for (let j = 0; j < S; ++j) out[i * S + j] = j > i ? -Infinity : 0;
@@ -190,7 +190,7 @@ MHA.forward = (function () {
       for (let i = 0; i < L; ++i)
         for (let j = 0; j < S; ++j) {
           const fromAttn = masks.attn ? masks.attn.data[(a * L + i) * S + j] : 0;
-          out[(b * L + i) * S + j] = fromAttn + masks.kpm.data[n * S + j];
+          out[(b * L + i) * S + j] = round(fromAttn + masks.kpm.data[n * S + j]);
         }
     }
     return { shape: [B, L, S], data: out };
@@ -334,8 +334,7 @@ MHA.forward = (function () {
       const noKey = !!maskRow && S > 0 && maskRow.every((m) => m === -Infinity);
       if (noKey) fullyMasked.push([b, i]);
       if (noKey && safe) continue;  // stays 0
-      let max = -Infinity;
-      for (const s of row) max = Number.isNaN(s) || Number.isNaN(max) ? NaN : Math.max(max, s);
+      const max = Math.max(...row);  // NaN if the row holds a NaN: the whole row is NaN either way
       let sum = 0;
       const e = row.map((s) => Math.exp(s - max));
       for (const v of e) sum += v;
@@ -368,7 +367,7 @@ MHA.forward = (function () {
 
   // (N*H, L, S') -> (N, H, L, S') per head, or (N, L, S') averaged over the heads; no N unbatched.
   function outputWeights(w, o, N, round) {
-    const [B, L, S] = w.shape, H = o.H;
+    const [, L, S] = w.shape, H = o.H;
     const perHead = { shape: [N, H, L, S], dtype: w.dtype, data: w.data };
     const averaged = T.zeros([N, L, S], w.dtype);
     for (let n = 0; n < N; ++n)
@@ -378,7 +377,6 @@ MHA.forward = (function () {
         averaged.data[n * L * S + r] = round(sum / H);
       }
     const drop = (x) => (o.batched ? x : { shape: x.shape.slice(1), dtype: x.dtype, data: x.data });
-    void B;
     return { perHead: drop(perHead), averaged: drop(averaged), returned: o.average ? drop(averaged) : drop(perHead) };
   }
 
@@ -422,7 +420,7 @@ MHA.forward = (function () {
     r.sizes = { L: L, S: key.shape[0], Sp: S, N: N, E: o.E, H: H, D: o.D };
     // 7) one additive mask
     r.masks = { attn: masks.attn, kpm: masks.kpm, causalHint: masks.causalHint };
-    r.mask = mergedMask(masks, o, N, L, S);  // (1 or N*H, L, S')
+    r.mask = mergedMask(masks, o, N, L, S, round);  // (1 or N*H, L, S')
     // 8) softmax(q / sqrt(D) k^T + mask) v, per batch-head
     const scaled = scaleQ(r.qh, o, round);
     r.scaleText = scaled.text;

@@ -20,17 +20,36 @@ MHA.npy = (function () {
     throw new Error(`${name}: ${message}`);
   }
 
-  // The header's dict literal: exactly the three keys, with values of the kinds numpy writes.
+  // The header's dict literal: exactly the keys descr, fortran_order and shape, in any
+  // order (numpy.lib.format reads it with ast.literal_eval), with values of the kinds
+  // numpy writes: a quoted string, True or False, a tuple of sizes.
   function parseHeader(text, name) {
-    const trimmed = text.replace(/[ \n]+$/, "");
-    const m = /^\{\s*'descr'\s*:\s*'([^']*)'\s*,\s*'fortran_order'\s*:\s*(True|False)\s*,\s*'shape'\s*:\s*\(([^()]*)\)\s*,?\s*\}$/.exec(trimmed);
-    if (!m) fail(name, "the header is not the dict numpy writes ({'descr': ..., 'fortran_order': ..., 'shape': (...)})");
-    const dims = m[3].trim() === "" ? [] : m[3].split(",").map((s) => s.trim()).filter((s, i, all) => s !== "" || i !== all.length - 1);
+    const body = /^\{(.*)\}$/s.exec(text.replace(/[ \n]+$/, ""));
+    if (!body) fail(name, "the header is not a dict ({'descr': ..., 'fortran_order': ..., 'shape': (...)})");
+    const entry = /\s*'([a-z_]+)'\s*:\s*('[^']*'|True|False|\([^()]*\))\s*(,|$)/y;
+    const fields = {};
+    while (entry.lastIndex < body[1].length) {
+      const at = entry.lastIndex, m = entry.exec(body[1]);
+      if (!m) {
+        if (/^\s*$/.test(body[1].slice(at))) break;
+        fail(name, `the header's dict cannot be read from "${body[1].slice(at, at + 40)}"`);
+      }
+      if (m[1] in fields) fail(name, `the header names '${m[1]}' twice`);
+      fields[m[1]] = m[2];
+      if (m[3] === "") break;
+    }
+    const keys = Object.keys(fields).sort().join(", ");
+    if (keys !== "descr, fortran_order, shape") fail(name, `the header has the keys ${keys || "none"}, not descr, fortran_order, shape`);
+    if (!/^'.*'$/.test(fields.descr)) fail(name, "the header's descr is not a string");
+    if (!/^(True|False)$/.test(fields.fortran_order)) fail(name, "the header's fortran_order is not True or False");
+    const inner = fields.shape.slice(1, -1).trim();
+    if (!/^\(/.test(fields.shape)) fail(name, "the header's shape is not a tuple");
+    const dims = inner === "" ? [] : inner.replace(/,\s*$/, "").split(",").map((d) => d.trim());
     const shape = dims.map((d) => {
-      if (!/^\d{1,9}$/.test(d)) fail(name, `the shape (${m[3]}) is not a tuple of sizes`);
+      if (!/^\d{1,9}$/.test(d)) fail(name, `the shape (${inner}) is not a tuple of sizes`);
       return Number(d);
     });
-    return { descr: m[1], fortranOrder: m[2] === "True", shape: shape };
+    return { descr: fields.descr.slice(1, -1), fortranOrder: fields.fortran_order === "True", shape: shape };
   }
 
   // bytes (a Uint8Array of the whole file) -> {shape, dtype, data (Float64Array)}.
