@@ -26,6 +26,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -234,6 +235,38 @@ bool drain(int fd, std::string& kept, std::uint64_t limit, bool& dropped) {
   return true;
 }
 
+// The jobs running now, by their first process: the grader's children that are not among
+// them are what some job left behind (an orphan of a job without the PID namespace).
+std::mutex& jobs_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::set<pid_t>& live_jobs() {
+  static std::set<pid_t> pids;
+  return pids;
+}
+
+uid_t owner(pid_t p) {
+  struct stat st{};
+  return ::stat(("/proc/" + std::to_string(p)).c_str(), &st) == 0 ? st.st_uid : static_cast<uid_t>(-1);
+}
+
+// After a job: every process it left (the grader's children that are no job, and, as root,
+// whatever runs as the job's own user) killed and reaped.
+void sweep_orphans(const Job& job) {
+  const std::lock_guard lock(jobs_mutex());
+  const pid_t self = ::getpid();
+  for (int round = 0; round < 50; ++round) {
+    std::vector<pid_t> left;
+    for (const auto& [p, parent] : parents())
+      if ((parent == self && !live_jobs().contains(p)) || (is_root() && owner(p) == box_user(job.slot))) left.push_back(p);
+    if (left.empty()) break;
+    for (pid_t p : left) ::kill(p, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (pid_t p : left) ::waitpid(p, nullptr, WNOHANG);
+  }
+}
+
 }  // namespace
 
 uid_t box_user(int slot) { return static_cast<uid_t>(60000 + slot); }
@@ -295,10 +328,16 @@ Outcome run(const Job& job, const Limits& limits) {
     o.output = std::string("cannot make a pipe: ") + std::strerror(errno);
     return o;
   }
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // dup2 clears close-on-exec on 1, 2 and 3; the report pipe keeps it.
-    start_child(job, limits, cgroups, out[1], answers[1], report[1], argv, envp, nproc);
+  pid_t pid = -1;
+  {
+    // Registered as a job before any other thread can sweep orphans (sweep_orphans).
+    const std::lock_guard lock(jobs_mutex());
+    pid = ::fork();
+    if (pid == 0) {
+      // dup2 clears close-on-exec on 1, 2 and 3; the report pipe keeps it.
+      start_child(job, limits, cgroups, out[1], answers[1], report[1], argv, envp, nproc);
+    }
+    if (pid > 0) live_jobs().insert(pid);
   }
   ::close(out[1]);
   ::close(report[1]);
@@ -365,6 +404,11 @@ Outcome run(const Job& job, const Limits& limits) {
     ::waitpid(pid, &status, 0);
   }
   cgroups.end();
+  {
+    const std::lock_guard lock(jobs_mutex());
+    live_jobs().erase(pid);
+  }
+  sweep_orphans(job);
   std::string why;
   bool more = false;
   drain(report[0], why, 4096, more);
