@@ -154,6 +154,7 @@ class Page:
         for flag in CHROMIUM_FLAGS + [f"--user-data-dir={self.profile}"]:
             options.add_argument(flag)
         options.binary_location = "/usr/bin/chromium"
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console
         self.driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
         self.site = Path(site).resolve()
         self.artifacts = Path(artifacts)
@@ -208,6 +209,10 @@ class Page:
             self.driver.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'center'});", cell)
         ActionChains(self.driver, duration=0).move_to_element(cell).perform()
         return self.driver.find_element(By.ID, "readout").text
+
+    def console_errors(self):
+        """What the page logged as errors since the last call (a script that threw, a file not found)."""
+        return [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
 
     def screenshot(self, name):
         self.artifacts.mkdir(parents=True, exist_ok=True)
@@ -607,6 +612,8 @@ def main(argv=None):
     try:
         for part in args.part:
             PARTS[part](page, failures, args)
+            errors = page.console_errors()
+            failures.check(not errors, f"the page logged no error during the {part} part: {errors[:3]}")
         if "numbers" in args.part and not args.plant_fault:
             screenshots(page)
     except Exception as error:  # the test itself broke: neither a pass nor the planted fault's failure

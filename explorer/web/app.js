@@ -312,9 +312,11 @@ window.MHA = window.MHA || {};
     root.appendChild(el("p", { id: "order-summary", class: matching.length === 1 && matching[0] === "QKV" ? "pass" : "fail",
       text: matching.length === 1 ? `Only ${matching[0].split("").join(", ")} gives PyTorch's numbers.`
           : matching.length === 0 ? "No order gives PyTorch's numbers."
-          : `${matching.length} orders give PyTorch's numbers here (${matching.join(", ")}): this case cannot tell them apart, ` +
-            "since what it compares is the same for them (static_k and static_v replace k and v, or the output is NaN where they differ). " +
-            "Pick a case with q.npy, k.npy, v.npy to tell them apart." }));
+          : `${matching.length} orders give PyTorch's numbers here (${matching.join(", ")}): this case cannot tell them apart. ` +
+            (record.tensors.static_k && record.tensors.static_v
+              ? "static_k and static_v replace k and v, so the K and V blocks are never used. "
+              : "What it compares comes out the same for them: a query that attends to one key only, or a row that is NaN whatever the order. ") +
+            "Pick a case with q.npy, k.npy, v.npy to tell all six apart." }));
     const picked = rows.find((row) => row.order === state.order);
     if (picked && picked.run) {
       const out = picked.run.outSeqFirst, mine = batchSlice(out, state.n);
