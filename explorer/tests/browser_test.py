@@ -529,6 +529,8 @@ def part_check(page, failures, args):
             else:
                 (work / "mha-grade.json").write_text(run.stdout)
                 failures.check(graded.get("verdict") == "fail", f"{key}: mha-grade's verdict on the swapped answer is fail")
+                failures.check("kv_swapped" in [m.get("id") for m in graded.get("named", [])],
+                               f"{key}: mha-grade names kv_swapped for the answer this test swapped: {graded.get('named')}")
                 shown = drop(page, [work / "mha-grade.json"])
                 check_diagnosis_shown(failures, f"{key}: mha-grade's diagnosis", shown, graded)
                 page.screenshot("explorer-check-mha-grade.png")

@@ -104,7 +104,7 @@ MHA.check = (function () {
     const page = m.page || "";
     const link = PAGE.test(page) ? el("a", { href: docsBase + page.slice("docs/".length), text: page }) : el("span", { text: page });
     return el("li", { class: "named", dataset: { id: m.id } },
-              [el("strong", { text: m.id }), m.step ? ` (step: ${m.step})` : "", m.explanation ? `: ${m.explanation}` : "",
+              [el("strong", { text: m.id }), m.step ? ` (step: ${m.step})` : "", m.explanation ? `: ${m.explanation.replace(/\.?$/, ".")}` : "",
                page ? el("span", { class: "reread" }, [" Reread ", link, "."]) : null]);
   }
 
