@@ -628,7 +628,8 @@ def main(argv=None):
     times = sorted(ms for ms in page.draw_ms.values() if not math.isnan(ms))
     if times:
         report = {"views_drawn": len(times), "median_ms": round(times[len(times) // 2], 1), "max_ms": round(times[-1], 1)}
-        (artifacts / f"draw-times-{'-'.join(args.part)}.json").write_text(json.dumps(report, indent=2) + "\n")
+        name = "-".join(args.part) + ("-with-fault" if args.plant_fault else "")
+        (artifacts / f"draw-times-{name}.json").write_text(json.dumps(report, indent=2) + "\n")
         print(f"draw time of a case's view in headless Chromium: median {report['median_ms']} ms, "
               f"max {report['max_ms']} ms over {report['views_drawn']} views")
     print(f"{failures.passed} checks passed, {len(failures.failed)} failed")
