@@ -293,7 +293,8 @@ window.MHA = window.MHA || {};
     root.appendChild(el("p", { class: "lead", text: "Read the three blocks of the weight in each of the six orders, recompute, " +
       "and compare with PyTorch's tensors at the case's tolerance. Only Q, K, V is PyTorch's." }));
     const rows = orderRows(record);
-    const head = el("tr", {}, [el("th", { text: "rows [0,E), [E,2E), [2E,3E) read as" })].concat(names.map((x) => el("th", { text: x }))));
+    const blocks = r.options.packed ? "rows [0,E), [E,2E), [2E,3E) read as" : "q_proj_weight, k_proj_weight, v_proj_weight taken as";
+    const head = el("tr", {}, [el("th", { text: blocks })].concat(names.map((x) => el("th", { text: x }))));
     const body = [head];
     for (const row of rows) {
       const tr = el("tr", { dataset: { order: row.order }, class: row.order === state.order ? "picked" : "" },
