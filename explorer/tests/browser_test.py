@@ -177,6 +177,12 @@ class Page:
                                    "location.hash = arguments[0];", f"#case={key}&view={view}&n={n}")
         return self.wait_drawn(key, view)
 
+    def click(self, selector, key, view):
+        """Clicks a control that redraws the view (an order's radio button), and waits."""
+        self.driver.execute_script("document.getElementById('status').dataset.state = 'stale';")
+        self.driver.find_element(By.CSS_SELECTOR, selector).click()
+        return self.wait_drawn(key, view)
+
     def wait_drawn(self, key, view, seconds=20):
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -344,6 +350,15 @@ def part_order(page, failures, args):
         failures.check(matching == ["QKV"], f"{key}: the orders that match PyTorch are {matching}, expected only QKV")
         summary = page.text("#order-summary") or ""
         failures.check(summary.startswith("Only Q, K, V gives PyTorch's numbers"), f"{key}: the summary says {summary!r}")
+        # picked by its radio button, each order's attn_output: Q, K, V's is PyTorch's, the others' are not
+        c, batched, batch_first = layout_of(key)
+        expected = to_seq_first(golden(key, "attn_output"), batched, batch_first)[:, 0, :]  # batch entry 0
+        for order in ("QVK", "KQV", "QKV"):
+            page.click(f"input[name='order'][value='{order}']", key, "order")
+            shown = page.table("table[data-tensor='order-output']")
+            index, _ = first_departure(shown, expected, c["tolerance"]["rtol"], c["tolerance"]["atol"])
+            failures.check((index is None) == (order == "QKV"),
+                           f"{key}: attn_output picked with the order {order} {'departs' if index else 'equals PyTorch'}")
         print(f"checked the orders of {key}", flush=True)
 
 
