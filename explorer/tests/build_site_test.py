@@ -7,8 +7,9 @@ cases on disk: every case folder of golden/cases and golden/pytorch-2.6/cases is
 once, under the generation that made it; a case with a forward carries each forward
 tensor with the dtype, the shape and the very bytes of its .npy file (NaN and infinities
 included); a rejection case carries none and says so; the page's files are all there;
---plant-fault is written into the page's settings. It prints the site's size and build
-time, as build_site.py measured them.
+--plant-fault is written into the page's settings; every address of a view that the
+course and the READMEs quote (index.html#case=...&view=...) names a case and a view the
+page has. It prints the site's size and build time, as build_site.py measured them.
 """
 
 import base64
@@ -85,6 +86,17 @@ def main():
             problems.append("--plant-fault is not in the page's settings")
         if '"fault": ""' not in (site / "settings.js").read_text():
             problems.append("the site without --plant-fault has a fault in its settings")
+        # 5) every address of a view quoted in the course and the READMEs names a case and a view the page has
+        views = set(re.findall(r"(\w+): \"", re.search(r"const VIEWS = \{([^}]*)\}", (HERE.parent / "web" / "app.js").read_text()).group(1)))
+        keys = {c["key"] for c in index}
+        quoted = 0
+        for page in sorted(ROOT.glob("docs/**/*.md")) + [ROOT / "README.md", HERE.parent / "README.md"]:
+            for case, view in re.findall(r"index\.html#case=([^&\s`]+)&view=(\w+)", page.read_text()):
+                quoted += 1
+                if case not in keys or view not in views:
+                    problems.append(f"{page.relative_to(ROOT)}: the address #case={case}&view={view} names no such case or view")
+        if not quoted:
+            problems.append("no address of a view is quoted in the course")
         measured = json.loads(report.read_text())
         if measured["bytes"] != build_site.folder_bytes(site) or measured["cases"] != len(index):
             problems.append(f"the report {measured} is not the site's")
