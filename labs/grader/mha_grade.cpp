@@ -53,7 +53,8 @@ const std::vector<LabFile> lab_files{{"01", "01-split-pack", "split_pack.cpp"},
                                      {"03", "03-heads-attention", "heads_attention.cpp"},
                                      {"04", "04-masks", "masks.cpp"},
                                      {"05", "05-forward", "forward.cpp"},
-                                     {"06", "06-backward", "backward.cpp"}};
+                                     {"06", "06-backward", "backward.cpp"},
+                                     {"07", "07-decoding", "decode_step.cpp"}};
 
 std::string read_text(const fs::path& file) {
   std::ifstream in(file);
@@ -587,7 +588,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   book->add_option("--run-timeout", s.run.wall_seconds, "seconds on the clock for each run")->capture_default_str();
   book->add_option("--cpu-time", s.run.cpu_seconds, "CPU seconds of each process of a run")->capture_default_str();
-  book->add_option("--memory", memory_mib, "MiB of memory for each build and run")->capture_default_str();
+  book->add_option("--memory", memory_mib, "MiB of memory for each run (a build gets at least 2048)")->capture_default_str();
   book->add_option("--processes", s.run.processes, "processes and threads of each run")->capture_default_str();
   book->add_option("--output", output_kib, "KiB kept of what each build or run prints")->capture_default_str();
   book->add_flag("--no-sandbox", no_sandbox,
@@ -603,7 +604,9 @@ int main(int argc, char** argv) {
     if (*cat) return catalogue(check_page, write_page);
     s.out = fs::absolute(out);
     s.golden = fs::absolute(golden.empty() ? fs::path(source) / "golden" / "cases" : fs::path(golden));
-    s.build.memory = s.run.memory = static_cast<std::uint64_t>(std::max(64, memory_mib)) << 20;
+    // A run gets what --memory says; a build at least 2 GiB, what the compiler needs.
+    s.run.memory = static_cast<std::uint64_t>(std::max(64, memory_mib)) << 20;
+    s.build.memory = std::max(s.run.memory, std::uint64_t{2} << 30);
     s.build.output = s.run.output = static_cast<std::uint64_t>(std::max(1, output_kib)) << 10;
     s.build.processes = std::max(s.build.processes, s.run.processes);
     s.isolation = no_sandbox ? Isolation::none : Isolation::bubblewrap;

@@ -357,12 +357,36 @@ Outcome run(const Job& job, const Limits& limits) {
   int status = 0;
   Clock::time_point exited_at{}, term_at{};
   bool answers_dropped = false;
+  // One round of reading: what the pipes hold now, waiting at most `wait_ms` for it. False
+  // when nothing came.
+  auto read_round = [&](int wait_ms) {
+    pollfd fds[2];
+    nfds_t n = 0;
+    if (out_open) fds[n++] = {out[0], POLLIN, 0};
+    if (answers_open) fds[n++] = {answers[0], POLLIN, 0};
+    if (n == 0 || ::poll(fds, n, wait_ms) <= 0) return false;
+    for (nfds_t i = 0; i < n; ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (fds[i].fd == out[0]) out_open = drain(out[0], o.output, limits.output, o.output_truncated);
+      else {
+        answers_open = drain(answers[0], o.answers, limits.answers, answers_dropped);
+        if (answers_dropped) o.answers_too_large = true;
+      }
+    }
+    return true;
+  };
   while (true) {
     if (!exited && ::waitpid(pid, &status, WNOHANG) == pid) exited = true, exited_at = Clock::now();
     const auto now = Clock::now();
-    // The job is over when its first process has ended and its pipes are closed, or a
-    // moment after it ended (what still holds a pipe is a process it left behind).
-    if (exited && ((!out_open && !answers_open) || now - exited_at > std::chrono::milliseconds(500))) break;
+    // The job is over when its first process has ended and its pipes are closed, or when
+    // they have been quiet a moment since it ended (what still holds a pipe then is a
+    // process it left behind); what they held is read first, however long the wait was.
+    if (exited && !out_open && !answers_open) break;
+    if (exited && now - exited_at > std::chrono::milliseconds(500)) {
+      while (!o.answers_too_large && read_round(0)) {
+      }
+      break;
+    }
     if (!term_sent && (now > deadline || o.answers_too_large)) {
       o.timed_out = now > deadline;
       ::kill(-pid, SIGTERM);
@@ -378,23 +402,8 @@ Outcome run(const Job& job, const Limits& limits) {
       if (!exited && ::waitpid(pid, &status, 0) == pid) exited = true, exited_at = Clock::now();
       break;
     }
-    pollfd fds[2];
-    nfds_t n = 0;
-    if (out_open) fds[n++] = {out[0], POLLIN, 0};
-    if (answers_open) fds[n++] = {answers[0], POLLIN, 0};
-    if (n == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      continue;
-    }
-    if (::poll(fds, n, 50) <= 0) continue;
-    for (nfds_t i = 0; i < n; ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      if (fds[i].fd == out[0]) out_open = drain(out[0], o.output, limits.output, o.output_truncated);
-      else {
-        answers_open = drain(answers[0], o.answers, limits.answers, answers_dropped);
-        if (answers_dropped) o.answers_too_large = true;
-      }
-    }
+    if (!out_open && !answers_open) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    else read_round(50);
   }
   // Nothing of the job outlives it: its group, what it forked, its cgroups.
   for (pid_t p : descendants_of(pid)) ::kill(p, SIGKILL);

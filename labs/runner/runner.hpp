@@ -1,7 +1,7 @@
 // labs/runner/runner.hpp — the program that runs a student's functions: the inputs of each case in, the answers out.
 //
-// A lab's answers program is the student's file linked with labs/runner/labNN.cpp and
-// nothing else: no library, no grader. The grader writes the inputs of every case the lab
+// A lab's answers program is the student's file linked with its lab's runner (lab 01's is
+// labs/runner/lab01.cpp) and nothing else: no library, no grader. The grader writes the inputs of every case the lab
 // takes into a folder (one subfolder per case: call.txt with the scalar arguments, one
 // .npy file per tensor argument); this program calls the student's functions on each and
 // writes what they return to file descriptor 3, as tensors, one record each:

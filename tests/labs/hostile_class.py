@@ -329,7 +329,8 @@ def grade(grader, build, out, klass, user, no_sandbox):
     status, output, the time it took and its peak memory (VmHWM, KiB)."""
     book = out / "book"
     command = [grader, "gradebook", str(klass), "--out", str(book), "--build-dir", str(build),
-               "--golden", str(out / "golden"), "-j", "2", "--run-timeout", "20", "--build-timeout", "120"]
+               "--golden", str(out / "golden"), "-j", "2", "--run-timeout", "20", "--build-timeout", "120",
+               "--memory", "512"]
     if no_sandbox:
         command.append("--no-sandbox")
     if user is not None:
@@ -388,7 +389,9 @@ def run_once(grader, build, out, user, no_sandbox):
         os.chmod(p, 0o777 if p == klass or p.parent == klass else 0o755)
     if user is not None:
         os.chown(out, user, user)
-    before = checksum(klass, victim, out / "golden", ROOT / "tests" / "labs" / "solutions.cpp")
+    guarded = {"the class": klass, "the teacher's stand-ins": victim, "the golden cases' copy": out / "golden",
+               "the reference solutions": ROOT / "tests" / "labs" / "solutions.cpp"}
+    before = {what: checksum(root) for what, root in guarded.items()}
 
     status, output, seconds, peak = grade(grader, build, out, klass, user, no_sandbox)
     done.set()
@@ -397,9 +400,9 @@ def run_once(grader, build, out, user, no_sandbox):
     if status != 0:
         problems.append(f"mha-grade exited with {status}")
 
-    after = checksum(klass, victim, out / "golden", ROOT / "tests" / "labs" / "solutions.cpp")
-    if before != after:
-        problems.append("files outside the submissions' work folders changed")
+    for what, root in guarded.items():
+        if checksum(root) != before[what]:
+            problems.append(f"files outside the submissions' work folders changed: {what}")
     if host_tmp.exists():
         problems.append(f"{host_tmp} was planted in the machine's /tmp")
         host_tmp.unlink()
