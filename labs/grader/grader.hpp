@@ -51,6 +51,11 @@ enum class Mistake {
   softmax_jacobian_diagonal_missing,
   grad_scale_missing,
   bias_grad_not_summed,
+  cache_appended_after_attention,
+  cache_holds_inputs,
+  new_token_attended_twice,
+  cache_rescaled_each_step,
+  causal_mask_top_left,
 };
 
 // One entry of the catalogue. A mistake may be made in more than one way (`variants`): the

@@ -18,6 +18,7 @@ import mha.golden;
 #include "grader.hpp"
 #include "library.hpp"
 #include "mistakes.hpp"
+#include "decoding.hpp"
 
 namespace grader {
 
@@ -493,6 +494,56 @@ PartFunctions<T> backward_functions() {
       [](const mha::Case<T>& c, const Injections& m) { return with_samples(ordered(backward(c, forward(c, {}), m))); }};
 }
 
+// --- lab 07 ---
+
+// A decoding case: causal self-attention of the module (its is_causal mask, one object as
+// query, key and value, packed, no key_padding_mask), decoded from an empty cache; or a
+// functional decoding step, static_k and static_v its cache. `lab07 --self-check` holds
+// each case's decoding to PyTorch's causal forward, or to PyTorch's step.
+bool decoding_case(const mha::CaseInfo& i) {
+  const bool self = i.query_is_key && i.key_is_value && has_file(i, "in_proj_weight");
+  if (i.is_functional())
+    return self && !i.expect_error && !i.generations_differ && has_file(i, "static_k") && !has_file(i, "bias_k") &&
+           !i.functional.add_zero_attn && !has_file(i, "attn_mask") && !has_file(i, "key_padding_mask");
+  return self && attention_case(i) && i.is_causal && !has_file(i, "key_padding_mask");
+}
+
+// The tensors of a decoding, in the step's order: the cache (k, then v), then the rows.
+template <class T>
+Tensors<T> decoding_tensors(const xt::xarray<T>& k, const xt::xarray<T>& v, const xt::xarray<T>& rows) {
+  return {{"cache k (N*H, t, D)", k}, {"cache v (N*H, t, D)", v}, {"attn_output: each step's row (T, N, E)", rows}};
+}
+
+template <class T>
+PartFunctions<T> decoding_functions() {
+  return {[](const mha::Case<T>& c, InputWriter& in) {
+            const auto d = decoding_of(c);
+            for (const auto& [name, tensor] : d.parameters) in.tensor<T>("parameter." + name, tensor);
+            in.scalar("num_heads", std::to_string(d.H));
+            in.tensor<T>("tokens", d.tokens);
+            if (d.first.k.shape(1) > 0) in.tensor<T>("cache_k", d.first.k), in.tensor<T>("cache_v", d.first.v);
+          },
+          [](const mha::Case<T>&, const Given<T>& g) {
+            return decoding_tensors(g.tensor("decode_step.cache_k"), g.tensor("decode_step.cache_v"),
+                                    g.tensor("decode_step.attn_output"));
+          },
+          [](const mha::Case<T>& c) {
+            if (c.info.is_functional())
+              return decoding_tensors(c.parameters.at("static_k"), c.parameters.at("static_v"),
+                                      c.expected.at("attn_output"));
+            // PyTorch's own k and v, split into heads as the cache holds them; its causal forward's rows
+            const auto H = static_cast<std::size_t>(c.info.options.num_heads);
+            const bool bf = c.info.options.batch_first && c.query.dimension() == 3;
+            return decoding_tensors(xt::xarray<T>(lib::split_heads(tensor3(c.expected.at("k")), H)),
+                                    xt::xarray<T>(lib::split_heads(tensor3(c.expected.at("v")), H)),
+                                    xt::xarray<T>(lib::seq_first(c.expected.at("attn_output"), bf)));
+          },
+          [](const mha::Case<T>& c, const Injections& m) {
+            const auto r = decode(decoding_of(c), m);
+            return decoding_tensors(xt::xarray<T>(r.cache.k), xt::xarray<T>(r.cache.v), xt::xarray<T>(r.rows));
+          }};
+}
+
 }  // namespace
 
 namespace {
@@ -504,6 +555,14 @@ std::vector<Mistake> forward_mistakes() {
   std::vector<Mistake> all;
   for (const auto& e : catalogue())
     if (e.labs.find("05") != std::string_view::npos) all.push_back(e.id);
+  return all;
+}
+
+// Every mistake the catalogue says lab `number` can show (its `labs` column).
+std::vector<Mistake> mistakes_of_lab(std::string_view number) {
+  std::vector<Mistake> all;
+  for (const auto& e : catalogue())
+    if (e.labs.find(number) != std::string_view::npos) all.push_back(e.id);
   return all;
 }
 
@@ -551,6 +610,10 @@ std::vector<Lab> make_labs() {
          [](const mha::CaseInfo& i) { return attention_case(i) && i.format == 2; },
          backward_functions<float>(),
          backward_functions<double>()}}},
+      {"07",
+       "07-decoding",
+       {{"decode_step", mistakes_of_lab("07"), decoding_case, decoding_functions<float>(),
+         decoding_functions<double>()}}},
   };
 }
 

@@ -1,6 +1,6 @@
 // labs/interface/mha_lab.hpp — the labs' interface: what a student's file may use, and the functions each lab asks for.
 //
-// A lab's file (labs/01-split-pack/split_pack.cpp to labs/06-backward/backward.cpp)
+// A lab's file (labs/01-split-pack/split_pack.cpp to labs/07-decoding/decode_step.cpp)
 // includes this header and nothing of the library: the types below mirror the library's
 // (mha::SeparateProjections, mha::Options, mha::Output, ...) field for field, so that the
 // course's pages read the same, but none of the library's functions is here or linked
@@ -14,7 +14,7 @@
 // process, compares them with PyTorch's and names the mistakes it finds (docs/labs.md).
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
-// D = head_dim = E / H, B = N*H; Ek = kdim, Ev = vdim.
+// D = head_dim = E / H, B = N*H; Ek = kdim, Ev = vdim; t = the positions in a KV cache.
 #pragma once
 
 #include <xtensor/xarray.hpp>
@@ -121,6 +121,16 @@ struct Gradients {
   StateDict<T> parameters;
 };
 
+// The KV cache of one attention layer while decoding: the k and v of every position so
+// far, after the in-projection and split into heads, in the layout of
+// F.multi_head_attention_forward's static_k and static_v (docs/19-decoding.md). Batch-head
+// b = n*H + h, as split_heads numbers them; a new position goes at the end of axis 1.
+template <class T>
+struct KVCache {
+  xt::xtensor<T, 3> k;  // (N*H, t, D)
+  xt::xtensor<T, 3> v;  // (N*H, t, D)
+};
+
 // y = x W^T + b over the last dimension, as torch.nn.functional.linear: the one step of the
 // library a lab may call (labs 02, 05 and 06). x (..., in), W (out, in), b (out) -> (..., out)
 template <class T, std::size_t R>
@@ -221,3 +231,15 @@ lab::Gradients<T> backward(const lab::Options& options, const lab::StateDict<T>&
                            const xt::xarray<T>& grad_attn_output,
                            const std::optional<xt::xarray<T>>& grad_attn_output_weights);
 }  // namespace lab06
+
+// Lab 07: one decoding step of causal self-attention, with a KV cache.
+namespace lab07 {
+// parameters by state_dict name: "in_proj_weight" (3E, E), "in_proj_bias" (3E) when bias,
+// "out_proj.weight" (E, E), "out_proj.bias" (E) when bias; token (1, N, E): the new
+// position's input, sequence-first; cache: k and v (N*H, t, D) of the t positions before it
+// -> the step's attn_output (1, N, E), the row of the new position in the causal forward;
+// the cache then holds t + 1 positions.
+template <class T>
+xt::xtensor<T, 3> decode_step(const lab::StateDict<T>& parameters, std::size_t num_heads,
+                              const xt::xtensor<T, 3>& token, lab::KVCache<T>& cache);
+}  // namespace lab07

@@ -642,3 +642,75 @@ template lab::Gradients<double> backward(const lab::Options&, const lab::StateDi
                                          const std::optional<xt::xarray<double>>&);
 
 }  // namespace lab06
+
+namespace lab07 {
+
+// A new position at the end of a cache: (B, t, D) + (B, 1, D) -> (B, t + 1, D)
+template <class T>
+xt::xtensor<T, 3> appended(const xt::xtensor<T, 3>& cache, const xt::xtensor<T, 3>& position) {
+  return xt::concatenate(xt::xtuple(cache, position), 1);
+}
+
+// Positions [0, count) of a cache. (B, t, D) -> (B, count, D)
+template <class T>
+xt::xtensor<T, 3> first_positions(const xt::xtensor<T, 3>& cache, std::size_t count) {
+  return xt::view(cache, xt::all(), xt::range(0, std::min(count, cache.shape(1))), xt::all());
+}
+
+// One query per batch-head over s keys: softmax(q k^T) v, q already scaled; no mask, since
+// every position given is one the query may see. q (B, 1, D), k (B, s, D), v (B, s, D) -> (B, 1, D)
+template <class T>
+xt::xtensor<T, 3> attend(const xt::xtensor<T, 3>& q, const xt::xtensor<T, 3>& k, const xt::xtensor<T, 3>& v) {
+  const std::size_t B = q.shape(0), D = q.shape(2), s = k.shape(1);
+  xt::xtensor<T, 3> out = xt::zeros<T>({B, std::size_t{1}, D});
+  std::vector<T> w(s);
+  for (std::size_t b = 0; b < B; ++b) {
+    T top = -std::numeric_limits<T>::infinity(), sum = 0;
+    for (std::size_t j = 0; j < s; ++j) {
+      T dot = 0;
+      for (std::size_t d = 0; d < D; ++d) dot += q(b, 0, d) * k(b, j, d);
+      top = std::max(top, w[j] = dot);
+    }
+    for (std::size_t j = 0; j < s; ++j) sum += (w[j] = std::exp(w[j] - top));
+    for (std::size_t j = 0; j < s; ++j)
+      for (std::size_t d = 0; d < D; ++d) out(b, 0, d) += (w[j] / sum) * v(b, j, d);
+  }
+  return out;
+}
+
+template <class T>
+xt::xtensor<T, 3> decode_step(const lab::StateDict<T>& parameters, std::size_t num_heads,
+                              const xt::xtensor<T, 3>& token, lab::KVCache<T>& cache) {
+  const std::size_t H = num_heads, D = token.shape(2) / H;
+  // 1) q, k, v of the token, split into heads: (1, N, E) -> (B, 1, D)
+  const auto x = lab02::in_projection(token, token, token, lab05::in_weights(parameters));
+  xt::xtensor<T, 3> qh = lab03::split_heads(x.q, H);  // (B, 1, D)
+  auto kh = lab03::split_heads(x.k, H), vh = lab03::split_heads(x.v, H);
+  if (injected("cache_holds_inputs")) kh = vh = lab03::split_heads(token, H);
+  // 2) the new position appended to the cache before the query attends: (B, t + 1, D)
+  const lab::KVCache<T> before = cache;
+  cache.k = appended(cache.k, kh), cache.v = appended(cache.v, vh);
+  // PyTorch scales q, once; cache_rescaled_each_step scales the kept keys, at every step.
+  T scale = attention_scale<T>(D);
+  if (injected("no_scaling")) scale = 1;
+  if (injected("cache_rescaled_each_step")) cache.k *= scale, scale = 1;
+  // 3) the new query over every cached position, itself included
+  lab::KVCache<T> seen = injected("cache_appended_after_attention") ? before : cache;
+  if (injected("new_token_attended_twice")) seen = {appended(seen.k, kh), appended(seen.v, vh)};
+  if (injected("causal_mask_top_left")) seen = {first_positions(seen.k, 1), first_positions(seen.v, 1)};
+  qh *= scale;
+  const auto heads = attend(qh, seen.k, seen.v);  // (B, 1, s) weights . (B, s, D) -> (B, 1, D)
+  // 4) heads merged, out_proj
+  const auto merged = lab03::merge_heads(heads, H);  // (1, N, E)
+  if (injected("out_proj_missing")) return merged;
+  std::optional<xt::xtensor<T, 1>> out_bias;
+  if (parameters.contains("out_proj.bias")) out_bias = parameters.at("out_proj.bias");
+  return linear(merged, xt::xtensor<T, 2>(parameters.at("out_proj.weight")), out_bias, true);
+}
+
+template xt::xtensor<float, 3> decode_step(const lab::StateDict<float>&, std::size_t, const xt::xtensor<float, 3>&,
+                                           lab::KVCache<float>&);
+template xt::xtensor<double, 3> decode_step(const lab::StateDict<double>&, std::size_t, const xt::xtensor<double, 3>&,
+                                            lab::KVCache<double>&);
+
+}  // namespace lab07
