@@ -331,8 +331,10 @@ std::vector<Row> grade_lab_file(const Task& task, const Settings& s, const Kit& 
   keep_log(logs, "build.log", built.output);
   if (!built.ok()) {
     if (built.could_not_start) return one_row("not graded", "the sandbox could not start: " + built.output.substr(0, 200));
-    return one_row("build failed", built.timed_out ? fmt::format("the build took longer than {} s", s.build.wall_seconds)
-                                                   : build_failure(built.output, *source));
+    if (built.timed_out) return one_row("build failed", fmt::format("the build took longer than {} s", s.build.wall_seconds));
+    if (built.signal)
+      return one_row("build failed", fmt::format("the compiler was ended by signal {} ({})", built.signal, strsignal(built.signal)));
+    return one_row("build failed", build_failure(built.output, *source));
   }
 
   // 2) the run: the program reads the inputs and answers on descriptor 3, nothing writable
