@@ -11,6 +11,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -185,7 +186,8 @@ void set_limit(int resource, rlim_t value) {
 // In the child: everything between fork and exec. Only async-signal-safe calls past this
 // point's allocations (the arguments are built before fork).
 [[noreturn]] void start_child(const Job& job, const Limits& limits, const Cgroups& cgroups, int out, int answers,
-                              int report, std::vector<char*>& argv, std::vector<char*>& envp, rlim_t nproc) {
+                              int report, std::vector<char*>& argv, std::vector<char*>& envp, rlim_t nproc,
+                              uid_t user) {
   ::setsid();
   const int null = ::open("/dev/null", O_RDONLY);
   ::dup2(null, 0);
@@ -203,7 +205,6 @@ void set_limit(int resource, rlim_t value) {
   set_limit(RLIMIT_NPROC, nproc);
   cgroups.join();
   if (is_root()) {
-    const uid_t user = box_user(job.slot);
     if (::setgroups(0, nullptr) != 0 || ::setgid(user) != 0 || ::setuid(user) != 0) {
       const char* why = "cannot leave root for the job's own user";
       [[maybe_unused]] auto n = ::write(report, why, std::strlen(why));
@@ -269,7 +270,25 @@ void sweep_orphans(const Job& job) {
 
 }  // namespace
 
-uid_t box_user(int slot) { return static_cast<uid_t>(60000 + slot); }
+// A slot's user: the first uid from 60000 up whose lock no other process holds, taken for
+// the grader's lifetime, so that two graders on one machine never share a job's user (the
+// process limit counts per user, and what runs as a job's user is killed after each job).
+uid_t box_user(int slot) {
+  static std::mutex m;
+  static std::map<int, uid_t> taken;
+  const std::lock_guard lock(m);
+  if (const auto it = taken.find(slot); it != taken.end()) return it->second;
+  const fs::path dir = fs::is_directory("/run/lock") ? fs::path("/run/lock") : fs::path("/tmp");
+  for (uid_t u = 60000; u < 61000; ++u) {
+    if (std::any_of(taken.begin(), taken.end(), [&](const auto& t) { return t.second == u; })) continue;
+    const fs::path file = dir / ("mha-grade-user-" + std::to_string(u) + ".lock");
+    const int fd = ::open(file.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return taken[slot] = u;  // the descriptor stays open: the lock held
+    ::close(fd);
+  }
+  throw std::runtime_error("no free user for a job between 60000 and 60999 (each held by another grader)");
+}
 
 std::string unavailable() {
   if (!fs::exists(bwrap_path)) return "bubblewrap is not installed (/usr/bin/bwrap; Debian's package bubblewrap)";
@@ -318,6 +337,7 @@ Outcome run(const Job& job, const Limits& limits) {
   // grader's user counts all of its own, so the job gets what it has now plus the limit.
   const rlim_t nproc = is_root() ? static_cast<rlim_t>(limits.processes + 8)
                                  : static_cast<rlim_t>(processes_of(::getuid()) + limits.processes + 8);
+  const uid_t user = is_root() ? box_user(job.slot) : ::getuid();  // resolved before fork
   static std::atomic<int> serial = 0;
   const Cgroups cgroups = Cgroups::make(std::to_string(::getpid()) + "-" + std::to_string(serial++), limits);
 
@@ -335,7 +355,7 @@ Outcome run(const Job& job, const Limits& limits) {
     pid = ::fork();
     if (pid == 0) {
       // dup2 clears close-on-exec on 1, 2 and 3; the report pipe keeps it.
-      start_child(job, limits, cgroups, out[1], answers[1], report[1], argv, envp, nproc);
+      start_child(job, limits, cgroups, out[1], answers[1], report[1], argv, envp, nproc, user);
     }
     if (pid > 0) live_jobs().insert(pid);
   }

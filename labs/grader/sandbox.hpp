@@ -6,7 +6,8 @@
 // system that is the system's /usr read-only, a private size-limited /tmp, and only the
 // folders the job binds; nothing else of the machine, the project or the other submissions
 // exists in it. When the grader runs as root, the job runs as an unprivileged user of its
-// own (60000 + the job's slot) before the sandbox starts. Around it, in every mode:
+// own (a uid from 60000 up that no other grader on the machine holds) before the sandbox
+// starts. Around it, in every mode:
 //   - limits: wall time (the grader's clock), CPU time, address space, processes, file size,
 //     set as rlimits, and as the pids and memory cgroups of the job when root can make them;
 //   - output: stdout and stderr through a pipe, the first `output` bytes kept, the rest
@@ -72,7 +73,8 @@ Outcome run(const Job& job, const Limits& limits);
 // Empty when bubblewrap can start a sandbox here; otherwise what is missing, in words.
 std::string unavailable();
 
-// The user a job of `slot` runs as when the grader is root.
+// The user a job of `slot` runs as when the grader is root: one per slot and grader, held
+// against other graders on the machine by a lock in /run/lock.
 uid_t box_user(int slot);
 
 // Kill every process left below the caller (it is their subreaper): what a job's orphans
