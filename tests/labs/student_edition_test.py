@@ -86,9 +86,10 @@ def answers_found(edition, source):
     wanted = solution_lines(source)
     if len(wanted) < 50:
         found["solutions"] = [f"only {len(wanted)} lines of {SOLUTIONS} to look for: this check would see nothing"]
+    stored = set()
     for blob in stored_blobs(edition):
-        text = blob.decode(errors="replace")
-        found["solutions"] += sorted({line.strip() for line in text.splitlines()} & wanted)
+        stored |= {line.strip() for line in blob.decode(errors="replace").splitlines()}
+    found["solutions"] += sorted(stored & wanted)
     for name in (f for f in files if f.endswith(".md")):
         for number, line in enumerate(git(edition, "show", f"HEAD:{name}").decode().splitlines(), 1):
             for target in LINK.findall(line):
