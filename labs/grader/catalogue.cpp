@@ -3,7 +3,8 @@
 // prints it; the test labs-catalogue-table fails when the two differ).
 //
 // How each mistake is recomputed is in mistakes.hpp; which lab can show it is the `labs`
-// column, and each lab's part lists its mistakes (labs.cpp).
+// column, and each lab's part lists its mistakes (labs.cpp). The second table, steps(), is
+// for an answer no mistake explains: the step each function computes and the page about it.
 #include "third_party.hpp"
 
 import mha;
@@ -16,22 +17,31 @@ namespace grader {
 
 const std::vector<Entry>& catalogue() {
   using M = Mistake;
+  // A split mistake is one belief about the layout, held for the weight and the bias alike
+  // (variant 0), or for one of them only: a partial swap (1, 2).
+  const std::vector<std::string_view> split_ways{"in in_proj_weight and in_proj_bias alike",
+                                                 "in in_proj_weight only: in_proj_bias split in order",
+                                                 "in in_proj_bias only: in_proj_weight split in order"};
   static const std::vector<Entry> entries{
       {M::qk_swapped, "qk_swapped", "split",
-       "rows [0, E) and [E, 2E) of in_proj_weight (and in_proj_bias) exchanged: Q and K are swapped",
-       "docs/02-packed-layout.md", "01 02 05 07"},
+       "rows [0, E) and [E, 2E) of in_proj_weight, of in_proj_bias or of both exchanged: Q and K are swapped",
+       "docs/02-packed-layout.md", "01 02 05 07", 3, split_ways},
       {M::kv_swapped, "kv_swapped", "split",
-       "rows [E, 2E) and [2E, 3E) of in_proj_weight (and in_proj_bias) exchanged: K and V are swapped",
-       "docs/02-packed-layout.md", "01 02 05 07"},
+       "rows [E, 2E) and [2E, 3E) of in_proj_weight, of in_proj_bias or of both exchanged: K and V are swapped",
+       "docs/02-packed-layout.md", "01 02 05 07", 3, split_ways},
       {M::qv_swapped, "qv_swapped", "split",
-       "rows [0, E) and [2E, 3E) of in_proj_weight (and in_proj_bias) exchanged: Q and V are swapped",
-       "docs/02-packed-layout.md", "01 02 05 07"},
+       "rows [0, E) and [2E, 3E) of in_proj_weight, of in_proj_bias or of both exchanged: Q and V are swapped",
+       "docs/02-packed-layout.md", "01 02 05 07", 3, split_ways},
       {M::order_kvq, "order_kvq", "split",
-       "in_proj_weight read as [W_k; W_v; W_q]: the blocks are Q, K, V from the top", "docs/02-packed-layout.md",
-       "01 02 05"},
+       "in_proj_weight, in_proj_bias or both read as [W_k; W_v; W_q]: the blocks are Q, K, V from the top",
+       "docs/02-packed-layout.md", "01 02 05", 3, split_ways},
       {M::order_vqk, "order_vqk", "split",
-       "in_proj_weight read as [W_v; W_q; W_k]: the blocks are Q, K, V from the top", "docs/02-packed-layout.md",
-       "01 02 05"},
+       "in_proj_weight, in_proj_bias or both read as [W_v; W_q; W_k]: the blocks are Q, K, V from the top",
+       "docs/02-packed-layout.md", "01 02 05", 3, split_ways},
+      {M::bias_not_split, "bias_not_split", "split",
+       "in_proj_bias (3E) not split into b_q, b_k, b_v: each is its third [i*E, (i+1)*E), as the weight's blocks",
+       "docs/02-packed-layout.md", "01", 2,
+       {"left out: b_q, b_k, b_v not given", "given whole: b_q, b_k, b_v each the (3E) in_proj_bias"}},
       {M::weight_not_transposed, "weight_not_transposed", "projection",
        "x W instead of x W^T: a weight is stored (out, in), and a square one still runs",
        "docs/03-projections-by-hand.md", "02 05", 2},
@@ -47,6 +57,13 @@ const std::vector<Entry>& catalogue() {
       {M::heads_split_wrong, "heads_split_wrong", "heads",
        "each row of E read as (D, H) instead of (H, D): head h is columns [h*D, (h+1)*D), not every H-th column",
        "docs/05-heads.md", "03 05 07"},
+      {M::heads_numbered_head_major, "heads_numbered_head_major", "heads",
+       "batch-heads numbered b = h*N + n, in the split and the merge alike: PyTorch's are b = n*H + h, the heads "
+       "of one batch entry side by side",
+       "docs/05-heads.md", "03 05"},
+      {M::merge_without_transpose, "merge_without_transpose", "heads",
+       "the heads (N*H, L, D) read as (L, N, E) without transposing back: merge is transpose(0, 1), then the view",
+       "docs/05-heads.md", "03 05"},
       {M::softmax_wrong_axis, "softmax_wrong_axis", "softmax",
        "softmax over the queries instead of the keys: each row of weights (one query) must sum to 1",
        "docs/05-heads.md", "03 05"},
@@ -58,6 +75,9 @@ const std::vector<Entry>& catalogue() {
       {M::key_padding_mask_wrong_rows, "key_padding_mask_wrong_rows", "masks",
        "key_padding_mask (N, S) given to the wrong batch-heads: batch-head b = n*H + h takes row n = b / H",
        "docs/09-masks.md", "04 05"},
+      {M::mask_after_softmax, "mask_after_softmax", "masks",
+       "the mask added to the weights after the softmax: it is added to the scores, so that a masked key gets weight 0",
+       "docs/09-masks.md", "03 05"},
       {M::weights_not_averaged, "weights_not_averaged", "output",
        "attn_output_weights summed over the heads, not averaged", "docs/11-attention-maps.md", "05"},
       {M::out_proj_missing, "out_proj_missing", "output",
@@ -93,7 +113,41 @@ const std::vector<Entry>& catalogue() {
   return entries;
 }
 
-const Entry& entry(Mistake m) { return catalogue().at(static_cast<std::size_t>(m)); }
+// Found by its id, not its position: the table lists each mistake beside its step's others.
+const Entry& entry(Mistake m) {
+  for (const auto& e : catalogue())
+    if (e.id == m) return e;
+  throw std::logic_error(fmt::format("the catalogue has no entry for mistake {}", static_cast<int>(m)));
+}
+
+const std::vector<Step>& steps() {
+  static const std::vector<Step> table{
+      {"split_packed", "in_proj_weight split into W_q, W_k, W_v (and in_proj_bias into b_q, b_k, b_v)",
+       "docs/02-packed-layout.md"},
+      {"pack", "W_q, W_k, W_v (and b_q, b_k, b_v) packed into in_proj_weight (and in_proj_bias)",
+       "docs/02-packed-layout.md"},
+      {"in_projection_packed", "the in-projection: q = query W_q^T + b_q, and k, v the same way",
+       "docs/03-projections-by-hand.md"},
+      {"in_projection", "the in-projection: q = query W_q^T + b_q, and k, v the same way",
+       "docs/03-projections-by-hand.md"},
+      {"split_heads", "the split into heads: (L, N, E) -> (N*H, L, D), batch-head b = n*H + h", "docs/05-heads.md"},
+      {"scaled_dot_product_attention", "the scaled scores, the mask, the softmax over the keys, the weighted values",
+       "docs/05-heads.md"},
+      {"merge_heads", "the heads side by side again: (N*H, L, D) -> (L, N, E)", "docs/05-heads.md"},
+      {"prepare_mask", "attn_mask and key_padding_mask made one additive (1 or N*H, L, S) mask", "docs/09-masks.md"},
+      {"forward", "the whole forward, in PyTorch's order", "docs/05-heads.md"},
+      {"backward", "the gradients of the forward, step by step backwards", "docs/17-backward-by-hand.md"},
+      {"decode_step", "one decoding step with a KV cache", "docs/19-decoding.md"},
+  };
+  return table;
+}
+
+const Step* step_of(std::string_view function) {
+  function = function.substr(0, function.find(' '));  // "forward (.npy answers)" is the forward
+  for (const auto& s : steps())
+    if (s.function == function) return &s;
+  return nullptr;
+}
 
 std::optional<Mistake> mistake_named(std::string_view name) {
   for (const auto& e : catalogue())

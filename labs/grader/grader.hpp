@@ -37,16 +37,20 @@ enum class Mistake {
   order_vqk,
   weight_not_transposed,
   bias_missing,
+  bias_not_split,
   no_scaling,
   scaled_by_d_not_sqrt,
   scaled_by_e_not_d,
   heads_split_wrong,
   softmax_wrong_axis,
   mask_inverted,
+  heads_numbered_head_major,
+  merge_without_transpose,
   mask_ignored,
   key_padding_mask_wrong_rows,
   weights_not_averaged,
   out_proj_missing,
+  mask_after_softmax,
   grad_transposed,
   softmax_jacobian_diagonal_missing,
   grad_scale_missing,
@@ -70,6 +74,7 @@ struct Entry {
   int variants = 1;
 };
 
+  std::vector<std::string_view> ways = {};  // each variant in words, where the line does not say it
 const std::vector<Entry>& catalogue();
 const Entry& entry(Mistake m);
 std::optional<Mistake> mistake_named(std::string_view name);
@@ -78,6 +83,18 @@ std::string catalogue_markdown();
 
 // A mistake, made in one of its ways.
 struct Injection {
+// The step each function of the labs computes, and the page about it: where an answer
+// departs from PyTorch and no catalogued mistake explains it, the grader names the function
+// and this page.
+struct Step {
+  std::string_view function;  // the student's function, a graded part's name
+  std::string_view step;      // what it computes, in the forward's words
+  std::string_view page;      // the page about that step, docs/...
+};
+const std::vector<Step>& steps();
+// The step of a part's function; none for a part the table does not list.
+const Step* step_of(std::string_view function);
+
   Mistake mistake;
   int variant = 0;
 };

@@ -9,7 +9,8 @@
 // mistake named that it does not show). Single mistakes are tried first; pairs only when no
 // single one explains the answer. When nothing does, the report is where the answer first
 // departs from PyTorch: the first failing case, and in it the first tensor in the forward's
-// order, its index and both values.
+// order, its index and both values; and the function whose output it is (a part is one
+// function), with the page about its step (catalogue.cpp's steps()).
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 #include "third_party.hpp"
@@ -276,9 +277,10 @@ PartResult grade_part(const Part& part, const std::vector<mha::CaseInfo>& cases,
         if (singles[i].mistake == singles[j].mistake) continue;
         const Injections pair{singles[i], singles[j]};
         bool each_shows = true;
+        if (!explains(pair)) continue;  // the cheap test first: most pairs fail on the first case
         for (std::size_t drop = 0; drop < pair.size(); ++drop)
           each_shows = each_shows && (differs_without(part.f32, f32, pair, drop) || differs_without(part.f64, f64, pair, drop));
-        if (explains(pair) && each_shows) result.named.push_back(pair);
+        if (each_shows) result.named.push_back(pair);
       }
   // One mistake in two of its variants is one mistake named once.
   std::vector<std::string> seen;
@@ -293,15 +295,23 @@ PartResult grade_part(const Part& part, const std::vector<mha::CaseInfo>& cases,
     const std::string where = !f32.empty() && !f32.front().passed
                                   ? fmt::format("{} (float32): {}", f32.front().c.info.name, f32.front().departure)
                                   : fmt::format("{} (float64): {}", f64.front().c.info.name, f64.front().departure);
-    result.departure = where;
+    // The part is one function (or, in lab 05 and 06, the whole forward or backward): its
+    // output is the first that departs, and its step's page is the one to reread.
+    const Step* step = step_of(part.name);
+    result.departure = step ? fmt::format("{}: {}; reread {}", part.name, where, step->page) : where;
     say(options, "  no catalogued mistake explains this answer. It first departs from PyTorch at {}\n", where);
     return result;
+    if (step)
+      say(options, "  the first function whose output departs: {} ({}). Reread {}\n", part.name, step->step,
+          step->page);
   }
   if (result.named.size() > 1) say(options, "  the answer is explained equally by each of these:\n");
   for (const auto& set : result.named)
     for (const auto& i : set) {
       const Entry& e = entry(i.mistake);
-      say(options, "  mistake {} ({}): {}. Reread {}\n", e.name, e.step, e.explanation, e.page);
+      const std::size_t way = static_cast<std::size_t>(i.variant);
+      const std::string how = way < e.ways.size() ? fmt::format("; {}", e.ways[way]) : std::string();
+      say(options, "  mistake {} ({}{}): {}. Reread {}\n", e.name, e.step, how, e.explanation, e.page);
     }
   return result;
 }

@@ -146,23 +146,31 @@ mha::SeparateProjections<T> answered_blocks(const Given<T>& g) {
           b("b_q"),                     b("b_k"),                     b("b_v")};
 }
 
+// The blocks, then the q, k, v they give where they fit a linear layer: each weight
+// (E, E), each bias (E) or none. Blocks that do not fit (a bias left whole) give no q, k, v.
+template <class T>
+Tensors<T> blocks_and_qkv(const mha::Case<T>& c, const mha::SeparateProjections<T>& w) {
+  Tensors<T> t = blocks(w);
+  const std::size_t E = static_cast<std::size_t>(c.info.options.embed_dim);
+  const bool fits = std::all_of(t.begin(), t.end(), [&](const Named<T>& b) {
+    const auto& s = b.tensor.shape();
+    return (s.size() == 1 || s.size() == 2) && s[0] == E && (s.size() == 1 || s[1] == E);
+  });
+  if (fits)
+    for (auto& x : qkv(seq_first(c), w, false)) t.push_back(std::move(x));
+  return t;
+}
+
 template <class T>
 PartFunctions<T> split_functions() {
   return {packed_inputs<T>,
-          [](const mha::Case<T>& c, const Given<T>& g) {
-            const auto w = answered_blocks(g);
-            Tensors<T> t = blocks(w);
-            for (auto& x : qkv(seq_first(c), w, false)) t.push_back(std::move(x));
-            return t;
-          },
+          [](const mha::Case<T>& c, const Given<T>& g) { return blocks_and_qkv(c, answered_blocks(g)); },
           [](const mha::Case<T>& c) {
             return files(c, {"q", "k", "v"});
           },
           [](const mha::Case<T>& c, const Injections& m) {
-            const auto w = in_projection_weights(c.parameters, static_cast<std::size_t>(c.info.options.embed_dim), m);
-            Tensors<T> t = blocks(w);
-            for (auto& x : qkv(seq_first(c), w, false)) t.push_back(std::move(x));
-            return t;
+            return blocks_and_qkv(
+                c, in_projection_weights(c.parameters, static_cast<std::size_t>(c.info.options.embed_dim), m));
           }};
 }
 
@@ -186,10 +194,10 @@ PartFunctions<T> pack_functions() {
           [](const mha::Case<T>& c, const Injections& m) {
             // The blocks put where the mistaken layout says they go: W_q in block qkv_blocks[0].
             const std::size_t E = static_cast<std::size_t>(c.info.options.embed_dim);
-            const auto block = qkv_blocks(m);
             Tensors<T> t;
             for (const char* name : {"in_proj_weight", "in_proj_bias"}) {
               if (!c.parameters.contains(name)) continue;
+              const auto block = qkv_blocks(m, /*of_bias=*/std::string_view(name) == "in_proj_bias");
               const xt::xarray<T>& right = c.parameters.at(name);
               xt::xarray<T> packed = right;
               for (std::size_t x = 0; x < 3; ++x)
@@ -245,22 +253,7 @@ PartFunctions<T> separate_projection_functions() {
           in_projection_under<T>};
 }
 
-// --- labs 03 and 04: the attention after PyTorch's own q, k, v ---
-
-// The tensors of lab 03 from a trace (or the student's pieces), in the forward's order.
-template <class T>
-Tensors<T> attention_tensors(const xt::xtensor<T, 3>& qh, const xt::xtensor<T, 3>& weights,
-                             const xt::xtensor<T, 3>& heads, const Trace<T>& t, const xt::xtensor<T, 3>& output,
-                             const mha::Case<T>& c) {
-  Tensors<T> r{{"q split into heads (N*H, L, D)", qh},
-               {"attention weights (N*H, L, S)", weights},
-               {"attention output (N*H, L, D)", heads}};
-  if (c.forward.need_weights)
-    r.push_back(
-        {"attn_output_weights", lib::output_weights(weights, t.N, t.H, c.forward.average_attn_weights, t.batched)});
-  r.push_back({"attn_output", lib::caller_layout(output, t.batched, t.batch_first)});
-  return r;
-}
+// --- lab 03: each function on PyTorch's own inputs for its step ---
 
 template <class T>
 xt::xtensor<T, 3> out_projection(const mha::Case<T>& c, const xt::xtensor<T, 3>& merged) {
@@ -268,27 +261,126 @@ xt::xtensor<T, 3> out_projection(const mha::Case<T>& c, const xt::xtensor<T, 3>&
 }
 
 template <class T>
-PartFunctions<T> attention_functions() {
+bool same_shape(const xt::xtensor<T, 3>& a, const xt::xtensor<T, 3>& b) {
+  return a.shape() == b.shape();
+}
+
+// What follows a step, done right by the grader on what the step gave, up to PyTorch's own
+// outputs: after merge_heads, out_proj; after the attention, the merge; after split_heads,
+// the attention. A step's answer of another shape than the right one is followed no further.
+template <class T>
+void after_merge(const mha::Case<T>& c, const Trace<T>& t, const xt::xtensor<T, 3>& merged, Tensors<T>& r) {
+  if (same_shape(merged, t.merged))
+    r.push_back({"attn_output", lib::caller_layout(out_projection(c, merged), t.batched, t.batch_first)});
+}
+template <class T>
+void after_attention(const mha::Case<T>& c, const Trace<T>& t, const xt::xtensor<T, 3>& weights,
+                     const xt::xtensor<T, 3>& heads, Tensors<T>& r) {
+  if (!same_shape(weights, t.weights) || !same_shape(heads, t.heads)) return;
+  if (c.forward.need_weights)
+    r.push_back(
+        {"attn_output_weights", lib::output_weights(weights, t.N, t.H, c.forward.average_attn_weights, t.batched)});
+  after_merge(c, t, lib::merge_heads(heads, t.H), r);
+}
+template <class T>
+void after_split(const mha::Case<T>& c, const Trace<T>& t, const xt::xtensor<T, 3>& qh, const xt::xtensor<T, 3>& kh,
+                 const xt::xtensor<T, 3>& vh, Tensors<T>& r) {
+  if (!same_shape(qh, t.qh) || !same_shape(kh, t.kh) || !same_shape(vh, t.vh)) return;
+  const auto weights = attention_weights(qh, kh, t.mask, lib::attention_scale<T>(t.D), /*over_queries=*/false);
+  after_attention(c, t, weights, weighted_values(weights, vh), r);
+}
+
+// split_heads on PyTorch's q, k and v.
+template <class T>
+Tensors<T> split_tensors(const mha::Case<T>& c, const Trace<T>& t, const xt::xtensor<T, 3>& qh,
+                         const xt::xtensor<T, 3>& kh, const xt::xtensor<T, 3>& vh) {
+  Tensors<T> r{{"split_heads(q) (N*H, L, D)", qh}, {"split_heads(k) (N*H, S, D)", kh}, {"split_heads(v) (N*H, S, D)", vh}};
+  after_split(c, t, qh, kh, vh, r);
+  return r;
+}
+
+template <class T>
+PartFunctions<T> split_heads_functions() {
   return {[](const mha::Case<T>& c, InputWriter& in) {
-            const auto t = forward(c, {});  // the shapes, and the right mask
-            for (const char* name : {"q", "k", "v"}) in.tensor<T>(name, c.expected.at(name));
-            if (t.mask) in.tensor<T>("mask", xt::xarray<T>(*t.mask));
-            in.scalar("H", std::to_string(t.H));
+            for (const char* name : {"q", "k", "v"}) in.tensor<T>(name, c.expected.at(name));  // (L or S, N, E)
+            in.scalar("H", std::to_string(c.info.options.num_heads));
           },
           [](const mha::Case<T>& c, const Given<T>& g) {
-            const auto t = forward(c, {});
-            const auto merged = tensor3(g.tensor("merge_heads.output"));  // (L, N, E)
-            return attention_tensors(tensor3(g.tensor("split_heads.q")), tensor3(g.tensor("attention.weights")),
-                                     tensor3(g.tensor("attention.output")), t, out_projection(c, merged), c);
+            return split_tensors(c, forward_after_pytorch_qkv(c, {}), tensor3(g.tensor("split_heads.q")),
+                                 tensor3(g.tensor("split_heads.k")), tensor3(g.tensor("split_heads.v")));
           },
           [](const mha::Case<T>& c) {
             return files(c, {"attn_output_weights", "attn_output"});
           },
           [](const mha::Case<T>& c, const Injections& m) {
-            const auto t = forward(c, m);
-            return attention_tensors(t.qh, t.weights, t.heads, t, t.output, c);
+            const auto t = forward_after_pytorch_qkv(c, {});
+            const HeadLayout layout = head_layout(m);
+            return split_tensors(c, t, split_heads(t.q, t.H, layout), split_heads(t.k, t.H, layout),
+                                 split_heads(t.v, t.H, layout));
           }};
 }
+
+// scaled_dot_product_attention on PyTorch's q, k and v split into heads, and the case's mask.
+template <class T>
+Tensors<T> attention_tensors(const mha::Case<T>& c, const Trace<T>& t, const xt::xtensor<T, 3>& weights,
+                             const xt::xtensor<T, 3>& heads) {
+  Tensors<T> r{{"weights (N*H, L, S)", weights}, {"output (N*H, L, D)", heads}};
+  after_attention(c, t, weights, heads, r);
+  return r;
+}
+
+template <class T>
+PartFunctions<T> attention_functions() {
+  return {[](const mha::Case<T>& c, InputWriter& in) {
+            const auto t = forward_after_pytorch_qkv(c, {});
+            in.tensor<T>("q_heads", t.qh), in.tensor<T>("k_heads", t.kh), in.tensor<T>("v_heads", t.vh);
+            if (t.mask) in.tensor<T>("mask", xt::xarray<T>(*t.mask));  // (1 or B, L, S)
+          },
+          [](const mha::Case<T>& c, const Given<T>& g) {
+            return attention_tensors(c, forward_after_pytorch_qkv(c, {}),
+                                     tensor3(g.tensor("scaled_dot_product_attention.weights")),
+                                     tensor3(g.tensor("scaled_dot_product_attention.output")));
+          },
+          [](const mha::Case<T>& c) {
+            return files(c, {"attn_output_weights", "attn_output"});
+          },
+          [](const mha::Case<T>& c, const Injections& m) {
+            const auto t = forward_after_pytorch_qkv(c, {});
+            const auto weights =
+                attention_weights(t.qh, t.kh, t.mask, scale_of_q<T>(t.D, t.E, m),
+                                  made(m, Mistake::softmax_wrong_axis).has_value(),
+                                  made(m, Mistake::mask_after_softmax).has_value());  // (B, L, S)
+            return attention_tensors(c, t, weights, weighted_values(weights, t.vh));
+          }};
+}
+
+// merge_heads on the right attention output of PyTorch's q, k and v.
+template <class T>
+Tensors<T> merge_tensors(const mha::Case<T>& c, const Trace<T>& t, const xt::xtensor<T, 3>& merged) {
+  Tensors<T> r{{"merge_heads(attention output) (L, N, E)", merged}};
+  after_merge(c, t, merged, r);
+  return r;
+}
+
+template <class T>
+PartFunctions<T> merge_heads_functions() {
+  return {[](const mha::Case<T>& c, InputWriter& in) {
+            in.tensor<T>("attention_output", forward_after_pytorch_qkv(c, {}).heads);  // (B, L, D)
+            in.scalar("H", std::to_string(c.info.options.num_heads));
+          },
+          [](const mha::Case<T>& c, const Given<T>& g) {
+            return merge_tensors(c, forward_after_pytorch_qkv(c, {}), tensor3(g.tensor("merge_heads.output")));
+          },
+          [](const mha::Case<T>& c) {
+            return files(c, {"attn_output"});
+          },
+          [](const mha::Case<T>& c, const Injections& m) {
+            const auto t = forward_after_pytorch_qkv(c, {});
+            return merge_tensors(c, t, merge_heads(t.heads, t.H, head_layout(m)));
+          }};
+}
+
+// --- lab 04: the masks, with PyTorch's own q, k, v ---
 
 // A mask as the weights see it: (1 or B, L, S) broadcast to (B, L, S); none is all zeros.
 template <class T>
@@ -452,10 +544,14 @@ int backward_rank(const std::string& name) {
 
 template <class T>
 Tensors<T> ordered(const GradientMap<T>& g) {
+  // Rank by rank, each rank's in the map's (the names') order; a name without a rank comes
+  // last. (Not std::stable_sort: libstdc++'s takes its buffer from get_temporary_buffer,
+  // deprecated in C++20, and the warning would be the first thing a student's build prints.)
   Tensors<T> t;
-  for (const auto& [name, tensor] : g) t.push_back({name, tensor});
-  std::stable_sort(t.begin(), t.end(),
-                   [](const auto& a, const auto& b) { return backward_rank(a.name) < backward_rank(b.name); });
+  const int unranked = backward_rank("");
+  for (int rank = 0; rank <= unranked; ++rank)
+    for (const auto& [name, tensor] : g)
+      if (backward_rank(name) == rank) t.push_back({name, tensor});
   return t;
 }
 
@@ -567,12 +663,13 @@ std::vector<Mistake> mistakes_of_lab(std::string_view number) {
 }
 
 std::vector<Lab> make_labs() {
-  auto split = split_mistakes, packed = split_mistakes;
+  auto split = split_mistakes, packed = split_mistakes, split_packed = split_mistakes;
   packed.insert(packed.end(), {M::weight_not_transposed, M::bias_missing});
+  split_packed.push_back(M::bias_not_split);
   return {
       {"01",
        "01-split-pack",
-       {{"split_packed", split, packed_case, split_functions<float>(), split_functions<double>()},
+       {{"split_packed", split_packed, packed_case, split_functions<float>(), split_functions<double>()},
         {"pack", split, packed_case, pack_functions<float>(), pack_functions<double>()}}},
       {"02",
        "02-in-projection",
@@ -585,11 +682,21 @@ std::vector<Lab> make_labs() {
          separate_projection_functions<double>()}}},
       {"03",
        "03-heads-attention",
-       {{"split_heads/merge_heads/scaled_dot_product_attention",
-         {M::no_scaling, M::scaled_by_d_not_sqrt, M::heads_split_wrong, M::softmax_wrong_axis},
+       {{"split_heads",
+         {M::heads_split_wrong, M::heads_numbered_head_major},
+         attention_case,
+         split_heads_functions<float>(),
+         split_heads_functions<double>()},
+        {"scaled_dot_product_attention",
+         {M::no_scaling, M::scaled_by_d_not_sqrt, M::softmax_wrong_axis, M::mask_after_softmax},
          attention_case,
          attention_functions<float>(),
-         attention_functions<double>()}}},
+         attention_functions<double>()},
+        {"merge_heads",
+         {M::heads_split_wrong, M::heads_numbered_head_major, M::merge_without_transpose},
+         attention_case,
+         merge_heads_functions<float>(),
+         merge_heads_functions<double>()}}},
       {"04",
        "04-masks",
        {{"prepare_mask",

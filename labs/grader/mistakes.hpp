@@ -34,15 +34,23 @@ struct Trace {
   std::optional<xt::xarray<T>> attn_output_weights;
 };
 
-// 3) the split: which block of in_proj_weight q, k and v come from. Each split mistake is
-// a belief about the layout: qk_swapped believes [W_k; W_q; W_v], order_kvq [W_k; W_v; W_q].
-inline std::array<std::size_t, 3> qkv_blocks(const Injections& m) {
-  std::array<std::size_t, 3> layout{0, 1, 2};  // layout[block] = 0 (q), 1 (k), 2 (v)
-  if (made(m, Mistake::qk_swapped)) layout = {1, 0, 2};
-  else if (made(m, Mistake::kv_swapped)) layout = {0, 2, 1};
-  else if (made(m, Mistake::qv_swapped)) layout = {2, 1, 0};
-  else if (made(m, Mistake::order_kvq)) layout = {1, 2, 0};
-  else if (made(m, Mistake::order_vqk)) layout = {2, 0, 1};
+// 3) the split: which block of in_proj_weight (or of in_proj_bias) q, k and v come from.
+// Each split mistake is a belief about the layout: qk_swapped believes [W_k; W_q; W_v],
+// order_kvq [W_k; W_v; W_q]; held for the weight and the bias alike (variant 0), for the
+// weight only (1) or for the bias only (2).
+inline std::array<std::size_t, 3> qkv_blocks(const Injections& m, bool of_bias) {
+  using Layout = std::array<std::size_t, 3>;  // layout[block] = 0 (q), 1 (k), 2 (v)
+  const std::array<std::pair<Mistake, Layout>, 5> beliefs{{{Mistake::qk_swapped, {1, 0, 2}},
+                                                           {Mistake::kv_swapped, {0, 2, 1}},
+                                                           {Mistake::qv_swapped, {2, 1, 0}},
+                                                           {Mistake::order_kvq, {1, 2, 0}},
+                                                           {Mistake::order_vqk, {2, 0, 1}}}};
+  Layout layout{0, 1, 2};
+  for (const auto& [mistake, belief] : beliefs)
+    if (const auto v = made(m, mistake); v && (*v == 0 || *v == (of_bias ? 2 : 1))) {
+      layout = belief;
+      break;
+    }
   std::array<std::size_t, 3> block{};
   for (std::size_t i = 0; i < 3; ++i) block[layout[i]] = i;
   return block;  // block[0] is q's block, block[1] k's, block[2] v's
@@ -64,13 +72,16 @@ mha::SeparateProjections<T> in_projection_weights(const mha::StateDict<T>& p, st
   mha::SeparateProjections<T> w;
   const bool bias = p.contains("in_proj_bias") && !made(m, Mistake::bias_missing);
   if (p.contains("in_proj_weight")) {
-    const auto block = qkv_blocks(m);
+    const auto block = qkv_blocks(m, /*of_bias=*/false), bias_block = qkv_blocks(m, /*of_bias=*/true);
     const auto& packed = p.at("in_proj_weight");
     w.w_q = weight_rows(packed, block[0], E), w.w_k = weight_rows(packed, block[1], E);
     w.w_v = weight_rows(packed, block[2], E);
-    if (bias) {
+    const auto not_split = made(m, Mistake::bias_not_split);  // 0: left out, 1: the whole (3E) bias each
+    if (bias && not_split == 1) w.b_q = w.b_k = w.b_v = xt::xtensor<T, 1>(p.at("in_proj_bias"));
+    else if (bias && !not_split) {
       const auto& b = p.at("in_proj_bias");
-      w.b_q = bias_rows(b, block[0], E), w.b_k = bias_rows(b, block[1], E), w.b_v = bias_rows(b, block[2], E);
+      w.b_q = bias_rows(b, bias_block[0], E), w.b_k = bias_rows(b, bias_block[1], E);
+      w.b_v = bias_rows(b, bias_block[2], E);
     }
     return w;
   }
@@ -91,30 +102,59 @@ xt::xtensor<T, 3> project(const xt::xtensor<T, 3>& x, const xt::xtensor<T, 2>& w
   return lib::linear(x, w, b);
 }
 
-// 5) heads: (L, N, E) -> (B, L, D). heads_split_wrong reads a row of E as (D, H): head h is
-// every H-th column from h, where PyTorch's view(L, N*H, D) gives it columns [h*D, (h+1)*D).
+// 5) and 9) heads: how a student reads a row of E as heads, and numbers the batch-heads.
+// PyTorch's view(L, N*H, D) gives head h columns [h*D, (h+1)*D) and batch-head b = n*H + h.
+// heads_split_wrong reads the row as (D, H): head h is every H-th column from h.
+// heads_numbered_head_major numbers b = h*N + n, in the split and the merge alike.
+// merge_without_transpose reads the (B, L, D) heads as (L, N, E) as they lie in memory.
+struct HeadLayout {
+  bool columns_d_then_h = false, head_major = false, merge_without_transpose = false;
+};
+inline HeadLayout head_layout(const Injections& m) {
+  return {made(m, Mistake::heads_split_wrong).has_value(), made(m, Mistake::heads_numbered_head_major).has_value(),
+          made(m, Mistake::merge_without_transpose).has_value()};
+}
+// Where position d of head h of batch entry n sits: its batch-head, and its column of E.
+inline std::size_t batch_head(std::size_t n, std::size_t h, std::size_t N, std::size_t H, const HeadLayout& l) {
+  return l.head_major ? h * N + n : n * H + h;
+}
+inline std::size_t column(std::size_t h, std::size_t d, std::size_t H, std::size_t D, const HeadLayout& l) {
+  return l.columns_d_then_h ? d * H + h : h * D + d;
+}
+
+// (L, N, E) -> (B, L, D)
 template <class T>
-xt::xtensor<T, 3> split_heads(const xt::xtensor<T, 3>& x, std::size_t H, bool wrong) {
-  if (!wrong) return lib::split_heads(x, H);
+xt::xtensor<T, 3> split_heads(const xt::xtensor<T, 3>& x, std::size_t H, const HeadLayout& l) {
+  if (!l.columns_d_then_h && !l.head_major) return lib::split_heads(x, H);
   const std::size_t L = x.shape(0), N = x.shape(1), E = x.shape(2), D = E / H;
   xt::xtensor<T, 3> heads({N * H, L, D});
   for (std::size_t i = 0; i < L; ++i)
     for (std::size_t n = 0; n < N; ++n)
       for (std::size_t h = 0; h < H; ++h)
-        for (std::size_t d = 0; d < D; ++d) heads(n * H + h, i, d) = x(i, n, d * H + h);
+        for (std::size_t d = 0; d < D; ++d) heads(batch_head(n, h, N, H, l), i, d) = x(i, n, column(h, d, H, D, l));
   return heads;
 }
-// (B, L, D) -> (L, N, E), the inverse of the same reading.
+// (B, L, D) -> (L, N, E), the inverse of the same reading; or the heads' memory as it lies.
 template <class T>
-xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>& heads, std::size_t H, bool wrong) {
-  if (!wrong) return lib::merge_heads(heads, H);
+xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>& heads, std::size_t H, const HeadLayout& l) {
   const std::size_t B = heads.shape(0), L = heads.shape(1), D = heads.shape(2), N = B / H;
+  if (l.merge_without_transpose) return xt::xtensor<T, 3>(xt::reshape_view(heads, {L, N, H * D}));
+  if (!l.columns_d_then_h && !l.head_major) return lib::merge_heads(heads, H);
   xt::xtensor<T, 3> x({L, N, H * D});
   for (std::size_t i = 0; i < L; ++i)
     for (std::size_t n = 0; n < N; ++n)
       for (std::size_t h = 0; h < H; ++h)
-        for (std::size_t d = 0; d < D; ++d) x(i, n, d * H + h) = heads(n * H + h, i, d);
+        for (std::size_t d = 0; d < D; ++d) x(i, n, column(h, d, H, D, l)) = heads(batch_head(n, h, N, H, l), i, d);
   return x;
+}
+// The same with heads_split_wrong alone (`wrong`), as the decoding step takes them.
+template <class T>
+xt::xtensor<T, 3> split_heads(const xt::xtensor<T, 3>& x, std::size_t H, bool wrong) {
+  return split_heads(x, H, HeadLayout{.columns_d_then_h = wrong});
+}
+template <class T>
+xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>& heads, std::size_t H, bool wrong) {
+  return merge_heads(heads, H, HeadLayout{.columns_d_then_h = wrong});
 }
 
 // 2) and 7) the masks: each as an additive mask, then one (1 or B, L, S) mask. mask_inverted
@@ -167,17 +207,22 @@ T scale_of_q(std::size_t D, std::size_t E, const Injections& m) {
 
 // 8) softmax((q * scale) k^T + mask): over the keys (axis 2), or over the queries (axis 1)
 // with softmax_wrong_axis. The maximum is subtracted first; a line of -inf gives NaN.
+// mask_after_softmax adds the mask to the softmax of the scores instead.
 template <class T>
 xt::xtensor<T, 3> attention_weights(const xt::xtensor<T, 3>& qh, const xt::xtensor<T, 3>& kh,
-                                    const std::optional<xt::xtensor<T, 3>>& mask, T scale, bool over_queries) {
+                                    const std::optional<xt::xtensor<T, 3>>& mask, T scale, bool over_queries,
+                                    bool mask_after_softmax = false) {
   const std::size_t B = qh.shape(0), L = qh.shape(1), D = qh.shape(2), S = kh.shape(1);
+  auto mask_at = [&](std::size_t b, std::size_t i, std::size_t j) {
+    return mask ? (*mask)(mask->shape(0) > 1 ? b : 0, i, j) : T(0);
+  };
   xt::xtensor<T, 3> w({B, L, S});
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t i = 0; i < L; ++i)
       for (std::size_t j = 0; j < S; ++j) {
         T dot = 0;  // (q * scale) . k: PyTorch scales q before the product
         for (std::size_t d = 0; d < D; ++d) dot += (qh(b, i, d) * scale) * kh(b, j, d);
-        w(b, i, j) = dot + (mask ? (*mask)(mask->shape(0) > 1 ? b : 0, i, j) : T(0));
+        w(b, i, j) = dot + (mask_after_softmax ? T(0) : mask_at(b, i, j));
       }
   const std::size_t lines = over_queries ? S : L, along = over_queries ? L : S;
   for (std::size_t b = 0; b < B; ++b)
@@ -188,6 +233,10 @@ xt::xtensor<T, 3> attention_weights(const xt::xtensor<T, 3>& qh, const xt::xtens
       for (std::size_t x = 0; x < along; ++x) sum += (at(x) = std::exp(at(x) - top));
       for (std::size_t x = 0; x < along; ++x) at(x) /= sum;
     }
+  if (mask_after_softmax)
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t i = 0; i < L; ++i)
+        for (std::size_t j = 0; j < S; ++j) w(b, i, j) += mask_at(b, i, j);
   return w;
 }
 
@@ -209,6 +258,41 @@ std::optional<xt::xtensor<T, 3>> case_mask(const mha::Case<T>& c, std::size_t N,
                                            const Injections& m) {
   const auto H = static_cast<std::size_t>(c.info.options.num_heads);
   return prepare_mask(c.forward.attn_mask, c.forward.key_padding_mask, N, H, L, S, m);
+}
+
+// 5) to 10): the attention after the in-projection, from t.q, t.k and t.v (and t's shapes),
+// under the mistakes given.
+template <class T>
+void attend(const mha::Case<T>& c, Trace<T>& t, const Injections& m) {
+  // 5) heads
+  const HeadLayout layout = head_layout(m);
+  t.qh = split_heads(t.q, t.H, layout);  // (B, L, D)
+  t.kh = split_heads(t.k, t.H, layout);  // (B, S, D)
+  t.vh = split_heads(t.v, t.H, layout);  // (B, S, D)
+
+  // 7) and 8) the mask, the scores, the softmax, the weighted values
+  t.mask = case_mask(c, t.N, t.L, t.S, m);  // (1 or B, L, S)
+  t.weights = attention_weights(t.qh, t.kh, t.mask, scale_of_q<T>(t.D, t.E, m),
+                                made(m, Mistake::softmax_wrong_axis).has_value(),
+                                made(m, Mistake::mask_after_softmax).has_value());  // (B, L, S)
+  t.heads = weighted_values(t.weights, t.vh);                                       // (B, L, D)
+
+  // 9) heads side by side, out_proj
+  t.merged = merge_heads(t.heads, t.H, layout);  // (L, N, E)
+  std::optional<xt::xtensor<T, 1>> out_bias;
+  if (c.parameters.contains("out_proj.bias")) out_bias = c.parameters.at("out_proj.bias");
+  t.output = made(m, Mistake::out_proj_missing)
+                 ? t.merged
+                 : project(t.merged, xt::xtensor<T, 2>(c.parameters.at("out_proj.weight")), out_bias,
+                           made(m, Mistake::weight_not_transposed) == 1);  // (L, N, E)
+
+  // 10) the caller's layout, the weights averaged (or summed) over heads or per head
+  t.attn_output = lib::caller_layout(t.output, t.batched, t.batch_first);
+  if (c.forward.need_weights) {
+    const bool average = c.forward.average_attn_weights;
+    t.attn_output_weights = lib::output_weights(t.weights, t.N, t.H, average, t.batched);
+    if (average && made(m, Mistake::weights_not_averaged)) *t.attn_output_weights *= static_cast<T>(t.H);
+  }
 }
 
 // The whole forward of a case, under the mistakes given (none: PyTorch's).
@@ -233,34 +317,18 @@ Trace<T> forward(const mha::Case<T>& c, const Injections& m) {
   t.k = project(t.key, t.in.w_k, t.in.b_k, not_transposed.has_value());    // (S, N, E)
   t.v = project(t.value, t.in.w_v, t.in.b_v, not_transposed.has_value());  // (S, N, E)
 
-  // 5) heads
-  const bool wrong_heads = made(m, Mistake::heads_split_wrong).has_value();
-  t.qh = split_heads(t.q, t.H, wrong_heads);  // (B, L, D)
-  t.kh = split_heads(t.k, t.H, wrong_heads);  // (B, S, D)
-  t.vh = split_heads(t.v, t.H, wrong_heads);  // (B, S, D)
+  // 5) to 10)
+  attend(c, t, m);
+  return t;
+}
 
-  // 7) and 8) the mask, the scores, the softmax, the weighted values
-  t.mask = case_mask(c, t.N, t.L, t.S, m);  // (1 or B, L, S)
-  t.weights = attention_weights(t.qh, t.kh, t.mask, scale_of_q<T>(t.D, t.E, m),
-                                made(m, Mistake::softmax_wrong_axis).has_value());  // (B, L, S)
-  t.heads = weighted_values(t.weights, t.vh);                                       // (B, L, D)
-
-  // 9) heads side by side, out_proj
-  t.merged = merge_heads(t.heads, t.H, wrong_heads);  // (L, N, E)
-  std::optional<xt::xtensor<T, 1>> out_bias;
-  if (c.parameters.contains("out_proj.bias")) out_bias = c.parameters.at("out_proj.bias");
-  t.output = made(m, Mistake::out_proj_missing)
-                 ? t.merged
-                 : project(t.merged, xt::xtensor<T, 2>(c.parameters.at("out_proj.weight")), out_bias,
-                           not_transposed == 1);  // (L, N, E)
-
-  // 10) the caller's layout, the weights averaged (or summed) over heads or per head
-  t.attn_output = lib::caller_layout(t.output, t.batched, t.batch_first);
-  if (c.forward.need_weights) {
-    const bool average = c.forward.average_attn_weights;
-    t.attn_output_weights = lib::output_weights(t.weights, t.N, t.H, average, t.batched);
-    if (average && made(m, Mistake::weights_not_averaged)) *t.attn_output_weights *= static_cast<T>(t.H);
-  }
+// The attention alone after PyTorch's own q, k and v (the case's q.npy, k.npy, v.npy), under
+// the mistakes given: lab 03's steps, each right one what the next function is given.
+template <class T>
+Trace<T> forward_after_pytorch_qkv(const mha::Case<T>& c, const Injections& m) {
+  Trace<T> t = forward(c, {});  // the shapes
+  t.q = c.expected.at("q"), t.k = c.expected.at("k"), t.v = c.expected.at("v");
+  attend(c, t, m);
   return t;
 }
 

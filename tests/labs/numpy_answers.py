@@ -4,8 +4,11 @@ A student who does lab 05 in NumPy writes attn_output.npy (and attn_output_weigh
 a golden case and runs `mha-grade diagnose CASE ANSWER_DIR`. This script is that student: it
 implements nn.MultiheadAttention's forward in NumPy, right and then with each forward mistake
 of the catalogue (docs/labs.md), writes the answers, and checks that mha-grade passes the
-right one (exit 0) and names each mistake by its id and no other (exit 1). It also checks
-the messages for a missing file, a wrong shape, a wrong dtype and a corrupt file (exit 2).
+right one (exit 0) and names each mistake by its id and no other (exit 1), each partial
+swap ("kv_swapped:1", the weight's blocks alone) and pairs of them too; a mistake outside
+the catalogue is named nothing, its departure naming the forward and the page to reread. It
+also checks the messages for a missing file, a wrong shape, a wrong dtype and a corrupt file
+(exit 2).
 
   python3 tests/labs/numpy_answers.py build/default/labs/mha-grade
 """
@@ -41,6 +44,12 @@ SHOWN_ON = {
     "key_padding_mask_wrong_rows": "key_padding_mask_bool_f32",
     "weights_not_averaged": "cross_seqfirst_f32",
     "out_proj_missing": "cross_seqfirst_f32",
+    # the partial swaps: a layout mistake in the weight's blocks alone (:1) or the bias's (:2)
+    **{f"{layout}:{way}": "cross_seqfirst_f32"
+       for layout in ("qk_swapped", "kv_swapped", "qv_swapped", "order_kvq", "order_vqk") for way in (1, 2)},
+    "heads_numbered_head_major": "cross_seqfirst_f32",
+    "merge_without_transpose": "cross_seqfirst_f32",
+    "mask_after_softmax": "attn_mask_float_2d_f32",
 }
 
 # Two mistakes made together, as a student in another language makes them; each pair is
@@ -53,7 +62,19 @@ PAIRS_ON = {
     "kv_swapped,out_proj_missing": "cross_seqfirst_f32",
     "bias_missing,kv_swapped": "cross_seqfirst_f32",
     "no_scaling,weights_not_averaged": "cross_seqfirst_f32",
+    "heads_numbered_head_major,no_scaling": "cross_seqfirst_f32",
+    "kv_swapped:1,merge_without_transpose": "cross_seqfirst_f32",
+    "mask_after_softmax,qk_swapped:2": "attn_mask_float_2d_f32",
 }
+
+# A mistake outside the catalogue: each batch entry's heads merged last to first. Nothing is
+# named; the departure names the function and the page about its step.
+OUTSIDE = ("merge_heads_reversed", "cross_seqfirst_f32", "docs/05-heads.md")
+
+
+def ids(mistakes):
+    """The ids a set of mistakes is named by: "kv_swapped:1,no_scaling" -> "kv_swapped no_scaling"."""
+    return " ".join(sorted(m.split(":")[0] for m in mistakes.split(",")))
 
 
 def load(case):
@@ -80,8 +101,9 @@ def additive(mask, inverted, ignored, dtype):
 
 def forward(info, t, mistake=None):
     """nn.MultiheadAttention's forward, with `mistake` made (a catalogue id, or several joined
-    by commas: "kv_swapped,no_scaling"), or none."""
-    made = set(mistake.split(",")) if mistake else set()
+    by commas: "kv_swapped,no_scaling"; "kv_swapped:1" the swap in the weight alone, ":2" in
+    the bias alone), or none."""
+    made = dict(x.split(":") if ":" in x else (x, "0") for x in mistake.split(",")) if mistake else {}
     m, f = info["module"], info["forward"]
     E, H = m["embed_dim"], m["num_heads"]
     D = E // H
@@ -97,12 +119,13 @@ def forward(info, t, mistake=None):
     L, N, S = query.shape[0], query.shape[1], key.shape[0]
     order = {"qk_swapped": (1, 0, 2), "kv_swapped": (0, 2, 1), "qv_swapped": (2, 1, 0),
              "order_kvq": (2, 0, 1), "order_vqk": (1, 2, 0)}
-    order = next((order[x] for x in made if x in order), (0, 1, 2))
+    w_order = next((order[x] for x, way in made.items() if x in order and way in ("0", "1")), (0, 1, 2))
+    b_order = next((order[x] for x, way in made.items() if x in order and way in ("0", "2")), (0, 1, 2))
     w, b = t["in_proj_weight"], t.get("in_proj_bias")
     if "bias_missing" in made:
         b = None
-    ws = [w[i * E:(i + 1) * E] for i in order]
-    bs = [None if b is None else b[i * E:(i + 1) * E] for i in order]
+    ws = [w[i * E:(i + 1) * E] for i in w_order]
+    bs = [None if b is None else b[i * E:(i + 1) * E] for i in b_order]
 
     def linear(x, w, b, transposed=True):
         y = x @ (w.T if transposed else w)
@@ -115,6 +138,8 @@ def forward(info, t, mistake=None):
         n = x.shape[0]
         if "heads_split_wrong" in made:
             return x.reshape(n, N, D, H).transpose(1, 3, 0, 2).reshape(N * H, n, D)
+        if "heads_numbered_head_major" in made:  # batch-head h*N + n
+            return x.reshape(n, N, H, D).transpose(2, 1, 0, 3).reshape(H * N, n, D)
         return x.reshape(n, N * H, D).transpose(1, 0, 2)
 
     qh, kh, vh = heads(q), heads(k), heads(v)
@@ -130,12 +155,20 @@ def forward(info, t, mistake=None):
     scales = {"no_scaling": 1.0, "scaled_by_d_not_sqrt": 1.0 / D, "scaled_by_e_not_d": np.sqrt(1.0 / E)}
     scale = next((scales[x] for x in made if x in scales), np.sqrt(1.0 / D))
     scores = (qh * dtype.type(scale)) @ kh.transpose(0, 2, 1)
-    if mask is not None:
+    if mask is not None and "mask_after_softmax" not in made:
         scores = scores + mask
     p = softmax(scores, axis=1 if "softmax_wrong_axis" in made else 2)
+    if mask is not None and "mask_after_softmax" in made:
+        p = p + mask
     out = p @ vh  # (N*H, L, D)
-    if "heads_split_wrong" in made:
+    if "merge_heads_reversed" in made:  # outside the catalogue
+        out = out.reshape(N, H, L, D)[:, ::-1].reshape(N * H, L, D)
+    if "merge_without_transpose" in made:
+        merged = out.reshape(L, N, E)
+    elif "heads_split_wrong" in made:
         merged = out.reshape(N, H, L, D).transpose(2, 0, 3, 1).reshape(L, N, E)
+    elif "heads_numbered_head_major" in made:
+        merged = out.reshape(H, N, L, D).transpose(2, 1, 0, 3).reshape(L, N, E)
     else:
         merged = out.transpose(1, 0, 2).reshape(L, N, E)
     wo, bo = t["out_proj.weight"], t.get("out_proj.bias")
@@ -175,7 +208,7 @@ def main():
         for mistake, case in SHOWN_ON.items():
             info, t = load(case)
             status, named, out = diagnose(grader, case, *forward(info, t, mistake), tmp / case / mistake)
-            ok = status == 1 and named == mistake
+            ok = status == 1 and named == ids(mistake)
             print(f"{mistake} on {case}: exit {status}, named {named}: {'OK' if ok else 'FAIL'}")
             if not ok:
                 print(out)
@@ -183,11 +216,23 @@ def main():
         for pair, case in PAIRS_ON.items():
             info, t = load(case)
             status, named, out = diagnose(grader, case, *forward(info, t, pair), tmp / case / pair)
-            ok = status == 1 and named == pair.replace(",", " ")
+            ok = status == 1 and named == ids(pair)
             print(f"{pair} on {case}: exit {status}, named {named}: {'OK' if ok else 'FAIL'}")
             if not ok:
                 print(out)
             failed |= not ok
+        # Outside the catalogue: nothing named, the function and the page in the departure.
+        mistake, case, page = OUTSIDE
+        info, t = load(case)
+        folder = tmp / case / mistake
+        diagnose(grader, case, *forward(info, t, mistake), folder)
+        r = subprocess.run([grader, "diagnose", str(CASES / case), str(folder), "--json"], capture_output=True, text=True)
+        d = json.loads(r.stdout)
+        ok = (r.returncode == 1 and d["named"] == [] and d["departure"].startswith("forward")
+              and d["departure"].endswith(f"reread {page}"))
+        print(f"{mistake} (outside the catalogue) on {case}: exit {r.returncode}, departure {d['departure']}: "
+              f"{'OK' if ok else 'FAIL'}")
+        failed |= not ok
         # Files that cannot be graded: each a clear message naming the file, exit status 2.
         case = "cross_seqfirst_f32"
         info, t = load(case)

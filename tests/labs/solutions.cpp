@@ -11,8 +11,10 @@
 // The environment variable MHA_LAB_INJECT makes them wrong on purpose:
 // MHA_LAB_INJECT=qk_swapped,mask_ignored:1 makes the catalogue's mistakes qk_swapped and
 // mask_ignored (variant 1: key_padding_mask only) here, written independently of the
-// grader's recomputation of them, so that the tests show the grader naming each one.
-// Not a starter: students never see this file.
+// grader's recomputation of them, so that the tests show the grader naming each one. Two
+// switches are not in the catalogue: merge_heads_reversed, a mistake the grader cannot name
+// (it names the function and its page), and scale_k, k scaled instead of q, which is right
+// within rounding. Not a starter: students never see this file.
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
 // D = head_dim = E / H, B = N*H; Ek = kdim, Ev = vdim; in / out = a linear layer's widths.
@@ -41,13 +43,19 @@ std::optional<int> injected(std::string_view id) {
   return std::nullopt;
 }
 
-// Which block of in_proj_weight holds q, k and v: [W_q; W_k; W_v], or a mistaken layout.
-std::array<std::size_t, 3> qkv_blocks() {
-  if (injected("qk_swapped")) return {1, 0, 2};
-  if (injected("kv_swapped")) return {0, 2, 1};
-  if (injected("qv_swapped")) return {2, 1, 0};
-  if (injected("order_kvq")) return {2, 0, 1};  // [W_k; W_v; W_q]: q in block 2, k in 0, v in 1
-  if (injected("order_vqk")) return {1, 2, 0};  // [W_v; W_q; W_k]
+// Which block of in_proj_weight (or, `of_bias`, of in_proj_bias) holds q, k and v:
+// [W_q; W_k; W_v], or a mistaken layout. A layout mistake of variant 1 is made in the
+// weight alone, of variant 2 in the bias alone (a partial swap), of variant 0 in both.
+std::array<std::size_t, 3> qkv_blocks(bool of_bias) {
+  auto in_this = [of_bias](std::string_view id) {
+    const auto variant = injected(id);
+    return variant && (*variant == 0 || *variant == (of_bias ? 2 : 1));
+  };
+  if (in_this("qk_swapped")) return {1, 0, 2};
+  if (in_this("kv_swapped")) return {0, 2, 1};
+  if (in_this("qv_swapped")) return {2, 1, 0};
+  if (in_this("order_kvq")) return {2, 0, 1};  // [W_k; W_v; W_q]: q in block 2, k in 0, v in 1
+  if (in_this("order_vqk")) return {1, 2, 0};  // [W_v; W_q; W_k]
   return {0, 1, 2};
 }
 
@@ -77,9 +85,18 @@ std::size_t column(std::size_t h, std::size_t d, std::size_t H, std::size_t D, H
   return order == HeadColumns::d_then_h ? d * H + h : h * D + d;
 }
 
+// How the batch-heads are numbered: PyTorch's b = n*H + h, the heads of one batch entry
+// side by side; or b = h*N + n, the mistake heads_numbered_head_major.
+enum class BatchHeads { entry_major, head_major };
+
+std::size_t batch_head(std::size_t n, std::size_t h, std::size_t N, std::size_t H, BatchHeads numbering) {
+  return numbering == BatchHeads::head_major ? h * N + n : n * H + h;
+}
+
 // (L, N, E) -> (N*H, L, D): x.view(L, N*H, D).transpose(0, 1); batch-head b = n*H + h.
 template <class T>
-xt::xtensor<T, 3> heads_of(const xt::xtensor<T, 3>& x, std::size_t H, HeadColumns order) {
+xt::xtensor<T, 3> heads_of(const xt::xtensor<T, 3>& x, std::size_t H, HeadColumns order,
+                           BatchHeads numbering = BatchHeads::entry_major) {
   if (H == 0 || x.shape(2) % H != 0)
     throw std::invalid_argument("split_heads: " + std::to_string(H) + " heads do not divide embed_dim " +
                                 std::to_string(x.shape(2)));
@@ -88,13 +105,15 @@ xt::xtensor<T, 3> heads_of(const xt::xtensor<T, 3>& x, std::size_t H, HeadColumn
   for (std::size_t i = 0; i < L; ++i)
     for (std::size_t n = 0; n < N; ++n)
       for (std::size_t h = 0; h < H; ++h)
-        for (std::size_t d = 0; d < D; ++d) heads(n * H + h, i, d) = x(i, n, column(h, d, H, D, order));
+        for (std::size_t d = 0; d < D; ++d)
+          heads(batch_head(n, h, N, H, numbering), i, d) = x(i, n, column(h, d, H, D, order));
   return heads;
 }
 
 // (N*H, L, D) -> (L, N, E): the heads side by side again, heads.transpose(0, 1).view(L, N, E).
 template <class T>
-xt::xtensor<T, 3> heads_merged(const xt::xtensor<T, 3>& heads, std::size_t H, HeadColumns order) {
+xt::xtensor<T, 3> heads_merged(const xt::xtensor<T, 3>& heads, std::size_t H, HeadColumns order,
+                               BatchHeads numbering = BatchHeads::entry_major) {
   if (H == 0 || heads.shape(0) % H != 0)
     throw std::invalid_argument("merge_heads: " + std::to_string(H) + " heads do not divide " +
                                 std::to_string(heads.shape(0)) + " batch-heads");
@@ -103,7 +122,8 @@ xt::xtensor<T, 3> heads_merged(const xt::xtensor<T, 3>& heads, std::size_t H, He
   for (std::size_t i = 0; i < L; ++i)
     for (std::size_t n = 0; n < N; ++n)
       for (std::size_t h = 0; h < H; ++h)
-        for (std::size_t d = 0; d < D; ++d) x(i, n, column(h, d, H, D, order)) = heads(n * H + h, i, d);
+        for (std::size_t d = 0; d < D; ++d)
+          x(i, n, column(h, d, H, D, order)) = heads(batch_head(n, h, N, H, numbering), i, d);
   return x;
 }
 
@@ -135,14 +155,16 @@ template <class T>
 lab::SeparateProjections<T> split_packed(const xt::xtensor<T, 2>& in_proj_weight,
                                          const std::optional<xt::xtensor<T, 1>>& in_proj_bias) {
   const std::size_t E = in_proj_weight.shape(1);
-  const auto block = qkv_blocks();
+  const auto block = qkv_blocks(/*of_bias=*/false), bias_block = qkv_blocks(/*of_bias=*/true);
   auto rows = [&](std::size_t i) { return xt::xtensor<T, 2>(xt::view(in_proj_weight, xt::range(i * E, (i + 1) * E))); };
   lab::SeparateProjections<T> p{rows(block[0]), rows(block[1]), rows(block[2]), {}, {}, {}};
-  if (in_proj_bias) {
+  const auto not_split = injected("bias_not_split");  // 0: the bias left out, 1: given whole to each
+  if (in_proj_bias && not_split == 1) p.b_q = p.b_k = p.b_v = *in_proj_bias;
+  else if (in_proj_bias && !not_split) {
     auto part = [&](std::size_t i) {
       return xt::xtensor<T, 1>(xt::view(*in_proj_bias, xt::range(i * E, (i + 1) * E)));
     };
-    p.b_q = part(block[0]), p.b_k = part(block[1]), p.b_v = part(block[2]);
+    p.b_q = part(bias_block[0]), p.b_k = part(bias_block[1]), p.b_v = part(bias_block[2]);
   }
   return p;
 }
@@ -150,7 +172,7 @@ lab::SeparateProjections<T> split_packed(const xt::xtensor<T, 2>& in_proj_weight
 template <class T>
 lab::PackedProjection<T> pack(const lab::SeparateProjections<T>& p) {
   const std::size_t E = p.w_q.shape(0);
-  const auto block = qkv_blocks();
+  const auto block = qkv_blocks(/*of_bias=*/false), bias_block = qkv_blocks(/*of_bias=*/true);
   lab::PackedProjection<T> packed{xt::xtensor<T, 2>::from_shape({3 * E, E}), std::nullopt};
   const std::array<const xt::xtensor<T, 2>*, 3> w{&p.w_q, &p.w_k, &p.w_v};
   for (std::size_t x = 0; x < 3; ++x)
@@ -158,7 +180,8 @@ lab::PackedProjection<T> pack(const lab::SeparateProjections<T>& p) {
   if (p.b_q) {
     xt::xtensor<T, 1> b = xt::xtensor<T, 1>::from_shape({3 * E});
     const std::array<const xt::xtensor<T, 1>*, 3> bs{&*p.b_q, &*p.b_k, &*p.b_v};
-    for (std::size_t x = 0; x < 3; ++x) xt::view(b, xt::range(block[x] * E, (block[x] + 1) * E)) = *bs[x];
+    for (std::size_t x = 0; x < 3; ++x)
+      xt::view(b, xt::range(bias_block[x] * E, (bias_block[x] + 1) * E)) = *bs[x];
     packed.in_proj_bias = b;
   }
   return packed;
@@ -209,14 +232,37 @@ inline HeadColumns head_columns() {
   return injected("heads_split_wrong") ? HeadColumns::d_then_h : HeadColumns::h_then_d;
 }
 
+// The batch-heads numbered as PyTorch numbers them, or as heads_numbered_head_major does.
+inline BatchHeads batch_heads() {
+  return injected("heads_numbered_head_major") ? BatchHeads::head_major : BatchHeads::entry_major;
+}
+
 template <class T>
 xt::xtensor<T, 3> split_heads(const xt::xtensor<T, 3>& x, std::size_t num_heads) {
-  return heads_of(x, num_heads, head_columns());  // (L, N, E) -> (N*H, L, D)
+  return heads_of(x, num_heads, head_columns(), batch_heads());  // (L, N, E) -> (N*H, L, D)
 }
 
 template <class T>
 xt::xtensor<T, 3> merge_heads(const xt::xtensor<T, 3>& heads, std::size_t num_heads) {
-  return heads_merged(heads, num_heads, head_columns());  // (N*H, L, D) -> (L, N, E)
+  if (injected("merge_without_transpose")) {
+    // heads.view(L, N, E) without the transpose(0, 1) before it: the (N*H, L, D) numbers in
+    // the order they lie, read as (L, N, E).
+    const std::size_t L = heads.shape(1), E = num_heads * heads.shape(2), N = heads.shape(0) / num_heads;
+    xt::xtensor<T, 3> x = xt::xtensor<T, 3>::from_shape({L, N, E});
+    std::copy(heads.begin(), heads.end(), x.begin());
+    return x;
+  }
+  if (injected("merge_heads_reversed")) {
+    // Not in the catalogue (the test of what the grader says then): each batch entry's
+    // heads merged last to first.
+    xt::xtensor<T, 3> reversed = heads;
+    const std::size_t N = heads.shape(0) / num_heads;
+    for (std::size_t n = 0; n < N; ++n)
+      for (std::size_t h = 0; h < num_heads; ++h)
+        xt::view(reversed, n * num_heads + h) = xt::view(heads, n * num_heads + (num_heads - 1 - h));
+    return heads_merged(reversed, num_heads, head_columns(), batch_heads());
+  }
+  return heads_merged(heads, num_heads, head_columns(), batch_heads());  // (N*H, L, D) -> (L, N, E)
 }
 
 template <class T>
@@ -227,14 +273,22 @@ lab::Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const
   T scale = attention_scale<T>(D);
   if (injected("no_scaling")) scale = 1;
   if (injected("scaled_by_d_not_sqrt")) scale = T(1) / static_cast<T>(D);
+  // scale_k is no mistake: k scaled instead of q is the same product, up to rounding within
+  // the grader's tolerance (lab 03's README says so; a test holds it).
+  const bool scale_k = injected("scale_k").has_value();
+  const bool mask_after = injected("mask_after_softmax").has_value();
+  auto mask_at = [&](std::size_t b, std::size_t i, std::size_t j) {
+    return mask ? (*mask)(mask->shape(0) == 1 ? 0 : b, i, j) : T(0);
+  };
   // 1) scores = (q * scale) k^T + mask: (B, L, D) x (B, D, S) -> (B, L, S)
   xt::xtensor<T, 3> w = xt::xtensor<T, 3>::from_shape({B, L, S});
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t i = 0; i < L; ++i)
       for (std::size_t j = 0; j < S; ++j) {
         T dot = 0;
-        for (std::size_t d = 0; d < D; ++d) dot += (q(b, i, d) * scale) * k(b, j, d);
-        w(b, i, j) = dot + (mask ? (*mask)(mask->shape(0) == 1 ? 0 : b, i, j) : T(0));
+        for (std::size_t d = 0; d < D; ++d)
+          dot += scale_k ? q(b, i, d) * (k(b, j, d) * scale) : (q(b, i, d) * scale) * k(b, j, d);
+        w(b, i, j) = dot + (mask_after ? T(0) : mask_at(b, i, j));
       }
   // 2) softmax over the keys, the row's maximum subtracted first; a row of -inf gives NaN
   //    (exp(-inf - -inf)), as torch.softmax does. softmax_wrong_axis takes it over the queries.
@@ -248,6 +302,11 @@ lab::Attention<T> scaled_dot_product_attention(const xt::xtensor<T, 3>& q, const
       for (std::size_t x = 0; x < along; ++x) sum += (at(x) = std::exp(at(x) - top));
       for (std::size_t x = 0; x < along; ++x) at(x) /= sum;
     }
+  // mask_after_softmax: the mask added to the weights, after the softmax instead of before
+  if (mask_after)
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t i = 0; i < L; ++i)
+        for (std::size_t j = 0; j < S; ++j) w(b, i, j) = w(b, i, j) + mask_at(b, i, j);
   // 3) output = weights v: (B, L, S) x (B, S, D) -> (B, L, D)
   xt::xtensor<T, 3> out = xt::zeros<T>({B, L, D});
   for (std::size_t b = 0; b < B; ++b)
