@@ -56,10 +56,12 @@ Decoding<T> decoding_of(const mha::Case<T>& c) {
     d.first = {xt::xtensor<T, 3>::from_shape({B, 0, D}), xt::xtensor<T, 3>::from_shape({B, 0, D})};
     return d;
   }
+  // the function's argument names as the module's state_dict names them
+  const std::map<std::string, std::string> module_name{{"out_proj_weight", "out_proj.weight"},
+                                                       {"out_proj_bias", "out_proj.bias"}};
   for (const auto& [name, tensor] : c.parameters) {
     if (name == "static_k" || name == "static_v") continue;
-    d.parameters[name == "out_proj_weight" ? "out_proj.weight" : name == "out_proj_bias" ? "out_proj.bias" : name] =
-        tensor;
+    d.parameters[module_name.contains(name) ? module_name.at(name) : name] = tensor;
   }
   d.H = static_cast<std::size_t>(c.info.functional.num_heads);
   d.tokens = lib::seq_first(c.query, false);  // (1, N, E)
@@ -93,15 +95,14 @@ KV<T> attended(const KV<T>& before, const KV<T>& after, const KV<T>& position, c
 
 // One step: the token's row, and the cache it leaves. token (1, N, E), cache (B, t, D)
 template <class T>
-xt::xtensor<T, 3> decode_step(const Decoding<T>& d, const xt::xtensor<T, 3>& token, KV<T>& cache,
-                              const Injections& m) {
+xt::xtensor<T, 3> decode_step(const Decoding<T>& d, const xt::xtensor<T, 3>& token, KV<T>& cache, const Injections& m) {
   const std::size_t E = token.shape(2), D = E / d.H;
   const bool wrong_heads = made(m, Mistake::heads_split_wrong).has_value();
 
   // 1) q, k, v of the token, split into heads: (1, N, E) -> (B, 1, D)
   const auto w = in_projection_weights(d.parameters, E, m);
   const auto qh = split_heads(project(token, w.w_q, w.b_q, false), d.H, wrong_heads);  // (B, 1, D)
-  KV<T> position{split_heads(project(token, w.w_k, w.b_k, false), d.H, wrong_heads),  // (B, 1, D)
+  KV<T> position{split_heads(project(token, w.w_k, w.b_k, false), d.H, wrong_heads),   // (B, 1, D)
                  split_heads(project(token, w.w_v, w.b_v, false), d.H, wrong_heads)};
   if (made(m, Mistake::cache_holds_inputs)) position.k = position.v = split_heads(token, d.H, wrong_heads);
 
@@ -134,7 +135,7 @@ Decoded<T> decode(const Decoding<T>& d, const Injections& m) {
   Decoded<T> r{xt::xtensor<T, 3>::from_shape({steps, N, E}), d.first};
   for (std::size_t t = 0; t < steps; ++t) {
     const xt::xtensor<T, 3> token = xt::view(d.tokens, xt::range(t, t + 1), xt::all(), xt::all());  // (1, N, E)
-    const auto row = decode_step(d, token, r.cache, m);                                            // (1, N, E)
+    const auto row = decode_step(d, token, r.cache, m);                                             // (1, N, E)
     xt::view(r.rows, t, xt::all(), xt::all()) = xt::view(row, 0, xt::all(), xt::all());
   }
   return r;
