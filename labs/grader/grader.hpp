@@ -2,8 +2,10 @@
 //
 // A lab is graded in parts, one per function a student writes (or per group of functions
 // that only make sense together). A part takes the golden cases that exercise it, in both
-// dtypes; on each it runs the student's function and compares what comes out with PyTorch's
-// tensors. When an answer is wrong, the grader does not stop at the error: it recomputes
+// dtypes. The student's functions never run in the grader's process: the part writes what
+// they are given for each case (`inputs`), the lab's answers program (labs/runner/) calls
+// them and hands back what they returned as tensors (Answers), and the part compares those
+// with PyTorch's tensors. When an answer is wrong, the grader does not stop at the error: it recomputes
 // the step under each mistake of the catalogue that the part can show (mistakes.hpp), and
 // under each pair of them, and names those that the answer matches on every case. An answer
 // that no catalogued mistake explains is told where it first departs from PyTorch: the case,
@@ -35,22 +37,22 @@ enum class Mistake {
   qv_swapped,
   order_kvq,
   order_vqk,
+  bias_not_split,
   weight_not_transposed,
   bias_missing,
-  bias_not_split,
   no_scaling,
   scaled_by_d_not_sqrt,
   scaled_by_e_not_d,
   heads_split_wrong,
-  softmax_wrong_axis,
-  mask_inverted,
   heads_numbered_head_major,
   merge_without_transpose,
+  softmax_wrong_axis,
+  mask_inverted,
   mask_ignored,
   key_padding_mask_wrong_rows,
+  mask_after_softmax,
   weights_not_averaged,
   out_proj_missing,
-  mask_after_softmax,
   grad_transposed,
   softmax_jacobian_diagonal_missing,
   grad_scale_missing,
@@ -72,17 +74,15 @@ struct Entry {
   std::string_view page;         // the page to read again, docs/...
   std::string_view labs;         // the labs that can show it
   int variants = 1;
+  std::vector<std::string_view> ways = {};  // each variant in words, where the line does not say it
 };
 
-  std::vector<std::string_view> ways = {};  // each variant in words, where the line does not say it
 const std::vector<Entry>& catalogue();
 const Entry& entry(Mistake m);
 std::optional<Mistake> mistake_named(std::string_view name);
 // The catalogue as the Markdown table of docs/labs.md.
 std::string catalogue_markdown();
 
-// A mistake, made in one of its ways.
-struct Injection {
 // The step each function of the labs computes, and the page about it: where an answer
 // departs from PyTorch and no catalogued mistake explains it, the grader names the function
 // and this page.
@@ -95,6 +95,8 @@ const std::vector<Step>& steps();
 // The step of a part's function; none for a part the table does not list.
 const Step* step_of(std::string_view function);
 
+// A mistake, made in one of its ways.
+struct Injection {
   Mistake mistake;
   int variant = 0;
 };

@@ -1,5 +1,6 @@
-// labs/grader/harness.cpp — grading a part of a lab: run the student's function on each case, compare with PyTorch,
-// and when the answer is wrong, name the catalogued mistakes it shows.
+// labs/grader/harness.cpp — grading a part of a lab: take the student's answer to each case, compare with PyTorch,
+// and when the answer is wrong, name the catalogued mistakes it shows. Also the student's
+// quick loop (run_lab), the answers' stream and the inputs' folder.
 //
 // The diagnosis is an experiment, repeated for each mistake of the part's list (each of its
 // variants) and then for each pair: recompute the step with that mistake on the case's
@@ -276,8 +277,8 @@ PartResult grade_part(const Part& part, const std::vector<mha::CaseInfo>& cases,
       for (std::size_t j = i + 1; j < singles.size(); ++j) {
         if (singles[i].mistake == singles[j].mistake) continue;
         const Injections pair{singles[i], singles[j]};
-        bool each_shows = true;
         if (!explains(pair)) continue;  // the cheap test first: most pairs fail on the first case
+        bool each_shows = true;
         for (std::size_t drop = 0; drop < pair.size(); ++drop)
           each_shows = each_shows && (differs_without(part.f32, f32, pair, drop) || differs_without(part.f64, f64, pair, drop));
         if (each_shows) result.named.push_back(pair);
@@ -300,10 +301,10 @@ PartResult grade_part(const Part& part, const std::vector<mha::CaseInfo>& cases,
     const Step* step = step_of(part.name);
     result.departure = step ? fmt::format("{}: {}; reread {}", part.name, where, step->page) : where;
     say(options, "  no catalogued mistake explains this answer. It first departs from PyTorch at {}\n", where);
-    return result;
     if (step)
       say(options, "  the first function whose output departs: {} ({}). Reread {}\n", part.name, step->step,
           step->page);
+    return result;
   }
   if (result.named.size() > 1) say(options, "  the answer is explained equally by each of these:\n");
   for (const auto& set : result.named)
@@ -423,6 +424,7 @@ int run_lab(std::string_view number, int argc, char** argv) {
     // 1) the inputs, 2) the student's program on them, in a process of its own, 3) the grading.
     const TemporaryFolder inputs;
     write_inputs(l, cases, options, inputs.path);
+    sandbox::become_subreaper();  // what the student's program leaves behind is ended with it
     // Readable by the user the program runs as when this one is root (sandbox.hpp).
     std::filesystem::permissions(inputs.path, std::filesystem::perms(0755));
     for (const auto& e : std::filesystem::recursive_directory_iterator(inputs.path))

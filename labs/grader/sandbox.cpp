@@ -247,20 +247,16 @@ std::set<pid_t>& live_jobs() {
   return pids;
 }
 
-uid_t owner(pid_t p) {
-  struct stat st{};
-  return ::stat(("/proc/" + std::to_string(p)).c_str(), &st) == 0 ? st.st_uid : static_cast<uid_t>(-1);
-}
-
-// After a job: every process it left (the grader's children that are no job, and, as root,
-// whatever runs as the job's own user) killed and reaped.
-void sweep_orphans(const Job& job) {
+// After a job: every process it left killed and reaped. The grader is their subreaper
+// (become_subreaper): what a job leaves behind becomes the grader's child, and a child that
+// is no job is an orphan. (In the sandbox, the PID namespace has already ended them.)
+void sweep_orphans() {
   const std::lock_guard lock(jobs_mutex());
   const pid_t self = ::getpid();
   for (int round = 0; round < 50; ++round) {
     std::vector<pid_t> left;
     for (const auto& [p, parent] : parents())
-      if ((parent == self && !live_jobs().contains(p)) || (is_root() && owner(p) == box_user(job.slot))) left.push_back(p);
+      if (parent == self && !live_jobs().contains(p)) left.push_back(p);
     if (left.empty()) break;
     for (pid_t p : left) ::kill(p, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -272,7 +268,7 @@ void sweep_orphans(const Job& job) {
 
 // A slot's user: the first uid from 60000 up whose lock no other process holds, taken for
 // the grader's lifetime, so that two graders on one machine never share a job's user (the
-// process limit counts per user, and what runs as a job's user is killed after each job).
+// process limit counts the processes of a user).
 uid_t box_user(int slot) {
   static std::mutex m;
   static std::map<int, uid_t> taken;
@@ -437,7 +433,7 @@ Outcome run(const Job& job, const Limits& limits) {
     const std::lock_guard lock(jobs_mutex());
     live_jobs().erase(pid);
   }
-  sweep_orphans(job);
+  sweep_orphans();
   std::string why;
   bool more = false;
   drain(report[0], why, 4096, more);
