@@ -246,7 +246,7 @@ PartResult grade_part(const Part& part, const std::vector<mha::CaseInfo>& cases,
   result.total = static_cast<int>(f32.size() + f64.size());
   result.passed = count_passed(f32) + count_passed(f64);
   say(options, "{}: {}/{} cases pass (float32 {}/{}, float64 {}/{})\n", part.name, result.passed, result.total,
-             count_passed(f32), f32.size(), count_passed(f64), f64.size());
+      count_passed(f32), f32.size(), count_passed(f64), f64.size());
   if (result.ok() || result.total == 0) return result;
   int printed = 0;
   print_failures(f32, options, printed);
@@ -280,7 +280,8 @@ PartResult grade_part(const Part& part, const std::vector<mha::CaseInfo>& cases,
         if (!explains(pair)) continue;  // the cheap test first: most pairs fail on the first case
         bool each_shows = true;
         for (std::size_t drop = 0; drop < pair.size(); ++drop)
-          each_shows = each_shows && (differs_without(part.f32, f32, pair, drop) || differs_without(part.f64, f64, pair, drop));
+          each_shows =
+              each_shows && (differs_without(part.f32, f32, pair, drop) || differs_without(part.f64, f64, pair, drop));
         if (each_shows) result.named.push_back(pair);
       }
   // One mistake in two of its variants is one mistake named once.
@@ -428,7 +429,8 @@ int run_lab(std::string_view number, int argc, char** argv) {
     // Readable by the user the program runs as when this one is root (sandbox.hpp).
     std::filesystem::permissions(inputs.path, std::filesystem::perms(0755));
     for (const auto& e : std::filesystem::recursive_directory_iterator(inputs.path))
-      std::filesystem::permissions(e.path(), e.is_directory() ? std::filesystem::perms(0755) : std::filesystem::perms(0644));
+      std::filesystem::permissions(e.path(),
+                                   e.is_directory() ? std::filesystem::perms(0755) : std::filesystem::perms(0644));
     sandbox::Job job;
     job.argv = {std::filesystem::absolute(program).string(), inputs.path.string()};
     job.isolation = sandbox::Isolation::none;
@@ -462,8 +464,8 @@ namespace {
 // A case's, a function's or a tensor's name in the stream: letters, digits and _ . - /.
 bool valid_name(std::string_view s) {
   return !s.empty() && s.size() <= 200 && std::all_of(s.begin(), s.end(), [](char c) {
-           return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == '/';
-         });
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == '/';
+  });
 }
 
 }  // namespace
@@ -542,7 +544,9 @@ std::vector<std::string> Given<T>::names(const std::string& prefix) const {
 template class Given<float>;
 template class Given<double>;
 
-InputWriter::InputWriter(std::filesystem::path dir) : dir_(std::move(dir)) { std::filesystem::create_directories(dir_); }
+InputWriter::InputWriter(std::filesystem::path dir) : dir_(std::move(dir)) {
+  std::filesystem::create_directories(dir_);
+}
 
 template <class T>
 void InputWriter::tensor(const std::string& name, const xt::xarray<T>& t) {

@@ -142,8 +142,12 @@ mha::SeparateProjections<T> answered_blocks(const Given<T>& g) {
     if (auto t = g.maybe(std::string("split_packed.") + name)) return xt::xtensor<T, 1>(*t);
     return std::nullopt;
   };
-  return {g.tensor("split_packed.W_q"), g.tensor("split_packed.W_k"), g.tensor("split_packed.W_v"),
-          b("b_q"),                     b("b_k"),                     b("b_v")};
+  return {g.tensor("split_packed.W_q"),
+          g.tensor("split_packed.W_k"),
+          g.tensor("split_packed.W_v"),
+          b("b_q"),
+          b("b_k"),
+          b("b_v")};
 }
 
 // The blocks, then the q, k, v they give where they fit a linear layer: each weight
@@ -177,9 +181,9 @@ PartFunctions<T> split_functions() {
 template <class T>
 PartFunctions<T> pack_functions() {
   return {[](const mha::Case<T>& c, InputWriter& in) {
-            separate_inputs(lib::split_packed(xt::xtensor<T, 2>(c.parameters.at("in_proj_weight")),
-                                              parameter1(c, "in_proj_bias")),
-                            in);
+            separate_inputs(
+                lib::split_packed(xt::xtensor<T, 2>(c.parameters.at("in_proj_weight")), parameter1(c, "in_proj_bias")),
+                in);
           },
           [](const mha::Case<T>&, const Given<T>& g) {
             Tensors<T> t{{"in_proj_weight", g.tensor("pack.in_proj_weight")}};
@@ -221,8 +225,8 @@ Tensors<T> in_projection_under(const mha::Case<T>& c, const Injections& m) {
 template <class T>
 std::function<Tensors<T>(const mha::Case<T>&, const Given<T>&)> qkv_answer(const std::string& function) {
   return [function](const mha::Case<T>&, const Given<T>& g) {
-    return Tensors<T>{{"q", g.tensor(function + ".q")}, {"k", g.tensor(function + ".k")},
-                      {"v", g.tensor(function + ".v")}};
+    return Tensors<T>{
+        {"q", g.tensor(function + ".q")}, {"k", g.tensor(function + ".k")}, {"v", g.tensor(function + ".v")}};
   };
 }
 
@@ -243,8 +247,8 @@ template <class T>
 PartFunctions<T> separate_projection_functions() {
   return {[](const mha::Case<T>& c, InputWriter& in) {
             seq_first_inputs(c, in);
-            separate_inputs(
-                in_projection_weights(c.parameters, static_cast<std::size_t>(c.info.options.embed_dim), {}), in);
+            separate_inputs(in_projection_weights(c.parameters, static_cast<std::size_t>(c.info.options.embed_dim), {}),
+                            in);
           },
           qkv_answer<T>("in_projection"),
           [](const mha::Case<T>& c) {
@@ -294,7 +298,8 @@ void after_split(const mha::Case<T>& c, const Trace<T>& t, const xt::xtensor<T, 
 template <class T>
 Tensors<T> split_tensors(const mha::Case<T>& c, const Trace<T>& t, const xt::xtensor<T, 3>& qh,
                          const xt::xtensor<T, 3>& kh, const xt::xtensor<T, 3>& vh) {
-  Tensors<T> r{{"split_heads(q) (N*H, L, D)", qh}, {"split_heads(k) (N*H, S, D)", kh}, {"split_heads(v) (N*H, S, D)", vh}};
+  Tensors<T> r{
+      {"split_heads(q) (N*H, L, D)", qh}, {"split_heads(k) (N*H, S, D)", kh}, {"split_heads(v) (N*H, S, D)", vh}};
   after_split(c, t, qh, kh, vh, r);
   return r;
 }
@@ -346,10 +351,9 @@ PartFunctions<T> attention_functions() {
           },
           [](const mha::Case<T>& c, const Injections& m) {
             const auto t = forward_after_pytorch_qkv(c, {});
-            const auto weights =
-                attention_weights(t.qh, t.kh, t.mask, scale_of_q<T>(t.D, t.E, m),
-                                  made(m, Mistake::softmax_wrong_axis).has_value(),
-                                  made(m, Mistake::mask_after_softmax).has_value());  // (B, L, S)
+            const auto weights = attention_weights(t.qh, t.kh, t.mask, scale_of_q<T>(t.D, t.E, m),
+                                                   made(m, Mistake::softmax_wrong_axis).has_value(),
+                                                   made(m, Mistake::mask_after_softmax).has_value());  // (B, L, S)
             return attention_tensors(c, t, weights, weighted_values(weights, t.vh));
           }};
 }
@@ -371,9 +375,7 @@ PartFunctions<T> merge_heads_functions() {
           [](const mha::Case<T>& c, const Given<T>& g) {
             return merge_tensors(c, forward_after_pytorch_qkv(c, {}), tensor3(g.tensor("merge_heads.output")));
           },
-          [](const mha::Case<T>& c) {
-            return files(c, {"attn_output"});
-          },
+          [](const mha::Case<T>& c) { return files(c, {"attn_output"}); },
           [](const mha::Case<T>& c, const Injections& m) {
             const auto t = forward_after_pytorch_qkv(c, {});
             return merge_tensors(c, t, merge_heads(t.heads, t.H, head_layout(m)));
@@ -460,8 +462,7 @@ PartFunctions<T> forward_functions(std::function<Tensors<T>(const mha::Case<T>&,
 
 template <class T>
 Tensors<T> forward_answer(const mha::Case<T>& c, const Given<T>& g) {
-  return output_tensors(c,
-                        mha::Output<T>{g.tensor("forward.attn_output"), g.maybe("forward.attn_output_weights"), {}});
+  return output_tensors(c, mha::Output<T>{g.tensor("forward.attn_output"), g.maybe("forward.attn_output_weights"), {}});
 }
 
 // --- lab 06 ---
@@ -806,8 +807,8 @@ void print_diagnosis(const Diagnosis& d, bool json) {
     const Entry& e = entry(m);
     named.push_back({{"id", e.name}, {"step", e.step}, {"explanation", e.explanation}, {"page", e.page}});
   }
-  const nlohmann::json j{{"case", d.case_name}, {"verdict", d.verdict}, {"error", d.error},
-                         {"named", named},      {"departure", d.departure}};
+  const nlohmann::json j{
+      {"case", d.case_name}, {"verdict", d.verdict}, {"error", d.error}, {"named", named}, {"departure", d.departure}};
   fmt::print("{}\n", j.dump(2));
 }
 
@@ -826,8 +827,8 @@ Diagnosis diagnose_as(const mha::CaseInfo& info, const std::filesystem::path& an
     d.error = e.what();
     return d;
   }
-  std::function<Tensors<T>(const mha::Case<T>&, const Given<T>&)> given =
-      [answer](const mha::Case<T>&, const Given<T>&) { return answer; };
+  std::function<Tensors<T>(const mha::Case<T>&, const Given<T>&)> given = [answer](const mha::Case<T>&,
+                                                                                   const Given<T>&) { return answer; };
   // The part of the case's dtype answers from the files; the other dtype has no case here.
   Part part{"forward (.npy answers)", forward_mistakes(), attention_case, {}, {}};
   if constexpr (std::is_same_v<T, float>) part.f32 = forward_functions<float>(given);

@@ -93,8 +93,8 @@ struct Kit {
 Kit read_kit(const fs::path& build) {
   const fs::path file = build / "labs" / "lab-kit.txt";
   if (!fs::exists(file))
-    throw mha::Error(fmt::format("build: {} not found: configure and build mha-grade in {} first", file.string(),
-                                 build.string()));
+    throw mha::Error(
+        fmt::format("build: {} not found: configure and build mha-grade in {} first", file.string(), build.string()));
   Kit k;
   for (const auto& line : lines_of(read_text(file))) {
     auto w = words(line);
@@ -152,8 +152,7 @@ Points read_points(const fs::path& file) {
     double value = -1;
     try {
       if (w.size() == 3) value = std::stod(w[2]);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     bool known = false;
     for (const auto& lab : grader::labs())
       if (lab.number == w[0])
@@ -185,7 +184,8 @@ std::string md_field(const std::string& s) {
 // not a letter, a digit or one of - _ . @ becomes _.
 std::string safe_name(const std::string& s) {
   std::string out;
-  for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '@' ? c : '_';
+  for (char c : s)
+    out += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '@' ? c : '_';
   return out.empty() || out == "." || out == ".." ? "_" : out;
 }
 
@@ -235,10 +235,10 @@ struct Places {
 // The build's shell line: the student's file BOX/src/FILE compiled against KIT/include alone,
 // linked with the lab's runner.
 std::string build_line(const Kit& kit, const LabFile& lab, const Places& at) {
-  return fmt::format("{} {} -I{}/include -c {}/src/{} -o {}/student.o && {} {} {}/student.o {}/lab{}-runner.o -o {}/lab{}-answers",
-                     kit.compiler, joined(kit.compile), at.kit.string(), at.box.string(), lab.file, at.box.string(),
-                     kit.compiler, joined(kit.link), at.box.string(), at.kit.string(), lab.number, at.box.string(),
-                     lab.number);
+  return fmt::format(
+      "{} {} -I{}/include -c {}/src/{} -o {}/student.o && {} {} {}/student.o {}/lab{}-runner.o -o {}/lab{}-answers",
+      kit.compiler, joined(kit.compile), at.kit.string(), at.box.string(), lab.file, at.box.string(), kit.compiler,
+      joined(kit.link), at.box.string(), at.kit.string(), lab.number, at.box.string(), lab.number);
 }
 
 // The line of a build's log that says why: the compiler's first error, or the linker's
@@ -276,7 +276,7 @@ void keep_log(const fs::path& dir, const std::string& name, const std::string& t
 
 struct Task {
   std::string student;
-  fs::path source;           // a lab file, or a folder of .npy answers
+  fs::path source;               // a lab file, or a folder of .npy answers
   const LabFile* lab = nullptr;  // none: .npy answers
   int index = 0;
 };
@@ -317,10 +317,12 @@ std::vector<Row> grade_lab_file(const Task& task, const Settings& s, const Kit& 
   readable(work);
   if (::geteuid() == 0) {
     const uid_t user = grader::sandbox::box_user(slot);
-    for (const auto& p : {work, work / "src", work / "src" / lab.file}) [[maybe_unused]] int r = ::chown(p.c_str(), user, user);
+    for (const auto& p : {work, work / "src", work / "src" / lab.file}) [[maybe_unused]]
+      int r = ::chown(p.c_str(), user, user);
   }
   const fs::path inputs = s.staging / "inputs" / lab.number;
-  const Places at = s.isolation == Isolation::bubblewrap ? Places{"/kit", "/box", "/inputs"} : Places{kit_dir, work, inputs};
+  const Places at =
+      s.isolation == Isolation::bubblewrap ? Places{"/kit", "/box", "/inputs"} : Places{kit_dir, work, inputs};
   Job build;
   build.argv = {"/bin/sh", "-c", build_line(kit, lab, at)};
   build.binds = {{kit_dir, "/kit", false}, {work, "/box", true}};
@@ -330,10 +332,13 @@ std::vector<Row> grade_lab_file(const Task& task, const Settings& s, const Kit& 
   const Outcome built = grader::sandbox::run(build, s.build);
   keep_log(logs, "build.log", built.output);
   if (!built.ok()) {
-    if (built.could_not_start) return one_row("not graded", "the sandbox could not start: " + built.output.substr(0, 200));
-    if (built.timed_out) return one_row("build failed", fmt::format("the build took longer than {} s", s.build.wall_seconds));
+    if (built.could_not_start)
+      return one_row("not graded", "the sandbox could not start: " + built.output.substr(0, 200));
+    if (built.timed_out)
+      return one_row("build failed", fmt::format("the build took longer than {} s", s.build.wall_seconds));
     if (built.signal)
-      return one_row("build failed", fmt::format("the compiler was ended by signal {} ({})", built.signal, strsignal(built.signal)));
+      return one_row("build failed",
+                     fmt::format("the compiler was ended by signal {} ({})", built.signal, strsignal(built.signal)));
     return one_row("build failed", build_failure(built.output, *source));
   }
 
@@ -350,7 +355,8 @@ std::vector<Row> grade_lab_file(const Task& task, const Settings& s, const Kit& 
   keep_log(logs, "run.log", ran.output);
   std::error_code ec;
   fs::remove_all(work, ec);
-  if (ran.timed_out) return one_row("timed out", fmt::format("no answer within {} s{}", s.run.wall_seconds, cut_note(ran, s.run)));
+  if (ran.timed_out)
+    return one_row("timed out", fmt::format("no answer within {} s{}", s.run.wall_seconds, cut_note(ran, s.run)));
   if (ran.signal) return one_row("crashed", fmt::format("ended by signal {}{}", ran.signal, cut_note(ran, s.run)));
   if (ran.answers_too_large)
     return one_row("not graded", fmt::format("its answers were larger than {} bytes", s.run.answers));
@@ -371,13 +377,18 @@ std::vector<Row> grade_lab_file(const Task& task, const Settings& s, const Kit& 
       for (const auto& i : set) ids.emplace_back(grader::entry(i.mistake).name);
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    std::string diagnosis = ids.empty() ? (r.ok() || r.not_implemented ? "" : r.departure) : fmt::format("{}", fmt::join(ids, ","));
-    if (ran.exit_status != 0 && !r.ok()) diagnosis += fmt::format("{}its program exited with status {}", diagnosis.empty() ? "" : "; ", ran.exit_status);
+    std::string diagnosis =
+        ids.empty() ? (r.ok() || r.not_implemented ? "" : r.departure) : fmt::format("{}", fmt::join(ids, ","));
+    if (ran.exit_status != 0 && !r.ok())
+      diagnosis += fmt::format("{}its program exited with status {}", diagnosis.empty() ? "" : "; ", ran.exit_status);
     diagnosis += cut_note(ran, s.run, diagnosis);
     const double max = s.points.part(graded, r.part);
     const double points = r.total > 0 && !r.not_implemented ? max * r.passed / r.total : 0;
     rows.push_back({task.student, lab.number, r.part, r.passed, r.total,
-                    r.not_implemented ? "not_implemented" : r.ok() ? "pass" : "fail", diagnosis, points, max});
+                    r.not_implemented ? "not_implemented"
+                    : r.ok()          ? "pass"
+                                      : "fail",
+                    diagnosis, points, max});
   }
   return rows;
 }
@@ -393,7 +404,8 @@ std::vector<Row> grade_npy_answers(const Task& task, const Settings& s) {
     const std::string name = answer.filename().string();
     const fs::path case_dir = s.golden / name;
     if (safe_name(name) != name || !fs::exists(case_dir / "case.json")) {
-      rows.push_back({task.student, "npy " + safe_name(name), "forward", 0, 1, "error", "no golden case of that name", 0, 0});
+      rows.push_back(
+          {task.student, "npy " + safe_name(name), "forward", 0, 1, "error", "no golden case of that name", 0, 0});
       continue;
     }
     const grader::Diagnosis d = grader::diagnose(case_dir, answer);
@@ -411,10 +423,12 @@ void write_gradebook(const std::vector<Row>& rows, const std::vector<std::string
   fs::create_directories(out);
   std::ofstream csv(out / "gradebook.csv"), md(out / "gradebook.md"), lms(out / "lms.csv");
   csv << "student,lab,part,passed,total,verdict,diagnosis,points,max_points\n";
-  md << "| student | lab | part | passed | verdict | diagnosis | points |\n| --- | --- | --- | ---: | --- | --- | ---: |\n";
+  md << "| student | lab | part | passed | verdict | diagnosis | points |\n| --- | --- | --- | ---: | --- | --- | ---: "
+        "|\n";
   for (const auto& r : rows) {
-    csv << fmt::format("{},{},{},{},{},{},{},{:.2f},{:.2f}\n", csv_field(r.student), csv_field(r.lab), csv_field(r.part),
-                       r.passed, r.total, csv_field(r.verdict), csv_field(r.diagnosis), r.points, r.max_points);
+    csv << fmt::format("{},{},{},{},{},{},{},{:.2f},{:.2f}\n", csv_field(r.student), csv_field(r.lab),
+                       csv_field(r.part), r.passed, r.total, csv_field(r.verdict), csv_field(r.diagnosis), r.points,
+                       r.max_points);
     md << fmt::format("| {} | {} | {} | {}/{} | {} | {} | {:.2f} / {:.2f} |\n", md_field(r.student), r.lab,
                       md_field(r.part), r.passed, r.total, r.verdict, md_field(r.diagnosis), r.points, r.max_points);
   }
@@ -444,9 +458,10 @@ int gradebook(const fs::path& submissions, const fs::path& build, Settings s, in
   if (s.isolation == Isolation::bubblewrap) {
     const std::string missing = grader::sandbox::unavailable();
     if (!missing.empty())
-      throw mha::Error(fmt::format("the sandbox cannot start: {}. Grading without it runs every student's code with "
-                                   "your rights: only with --no-sandbox, and only for code you trust",
-                                   missing));
+      throw mha::Error(
+          fmt::format("the sandbox cannot start: {}. Grading without it runs every student's code with "
+                      "your rights: only with --no-sandbox, and only for code you trust",
+                      missing));
   } else {
     fmt::print("mha-grade: --no-sandbox: each submission runs with your rights, within the limits only\n");
   }
@@ -590,7 +605,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   book->add_option("--run-timeout", s.run.wall_seconds, "seconds on the clock for each run")->capture_default_str();
   book->add_option("--cpu-time", s.run.cpu_seconds, "CPU seconds of each process of a run")->capture_default_str();
-  book->add_option("--memory", memory_mib, "MiB of memory for each run (a build gets at least 2048)")->capture_default_str();
+  book->add_option("--memory", memory_mib, "MiB of memory for each run (a build gets at least 2048)")
+      ->capture_default_str();
   book->add_option("--processes", s.run.processes, "processes and threads of each run")->capture_default_str();
   book->add_option("--output", output_kib, "KiB kept of what each build or run prints")->capture_default_str();
   book->add_flag("--no-sandbox", no_sandbox,

@@ -48,7 +48,7 @@ bool is_root() { return ::geteuid() == 0; }
 int processes_of(uid_t uid) {
   int n = 0;
   for (const auto& e : fs::directory_iterator("/proc", fs::directory_options::skip_permission_denied)) {
-    struct stat st{};
+    struct stat st {};
     if (std::isdigit(static_cast<unsigned char>(e.path().filename().string()[0])) &&
         ::stat(e.path().c_str(), &st) == 0 && st.st_uid == uid)
       ++n;
@@ -153,9 +153,22 @@ struct Cgroups {
 // --- the command line ---
 
 std::vector<std::string> bwrap_command(const Job& job, const Limits& limits) {
-  std::vector<std::string> a{bwrap_path, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net",
-                             "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
-                             "--new-session", "--uid", "1000", "--gid", "1000", "--hostname", "sandbox"};
+  std::vector<std::string> a{bwrap_path,
+                             "--unshare-user",
+                             "--unshare-ipc",
+                             "--unshare-pid",
+                             "--unshare-net",
+                             "--unshare-uts",
+                             "--unshare-cgroup-try",
+                             "--disable-userns",
+                             "--die-with-parent",
+                             "--new-session",
+                             "--uid",
+                             "1000",
+                             "--gid",
+                             "1000",
+                             "--hostname",
+                             "sandbox"};
   auto add = [&](std::initializer_list<std::string> more) { a.insert(a.end(), more); };
   add({"--ro-bind", "/usr", "/usr"});
   // /bin, /lib, /lib64, /sbin: symlinks into /usr on a merged-/usr system, folders otherwise.
@@ -176,7 +189,6 @@ std::vector<std::string> bwrap_command(const Job& job, const Limits& limits) {
   a.insert(a.end(), job.argv.begin(), job.argv.end());
   return a;
 }
-
 
 void set_limit(int resource, rlim_t value) {
   const rlimit r{value, value};
@@ -309,8 +321,7 @@ void kill_descendants() {
     const auto left = descendants_of(::getpid());
     if (left.empty()) break;
     for (pid_t p : left) ::kill(p, SIGKILL);
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {}
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -319,7 +330,8 @@ Outcome run(const Job& job, const Limits& limits) {
   Outcome o;
   const auto start = Clock::now();
   // The arguments and the environment, built before fork.
-  const std::vector<std::string> command = job.isolation == Isolation::bubblewrap ? bwrap_command(job, limits) : job.argv;
+  const std::vector<std::string> command =
+      job.isolation == Isolation::bubblewrap ? bwrap_command(job, limits) : job.argv;
   const std::vector<std::string> environment{"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"};
   std::vector<std::string> env = environment;
   if (job.isolation == Isolation::none)  // the quick loop keeps the caller's (MHA_LAB_INJECT, ...)
@@ -399,8 +411,7 @@ Outcome run(const Job& job, const Limits& limits) {
     // process it left behind); what they held is read first, however long the wait was.
     if (exited && !out_open && !answers_open) break;
     if (exited && now - exited_at > std::chrono::milliseconds(500)) {
-      while (!o.answers_too_large && read_round(0)) {
-      }
+      while (!o.answers_too_large && read_round(0)) {}
       break;
     }
     if (!term_sent && (now > deadline || o.answers_too_large)) {

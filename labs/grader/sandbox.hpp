@@ -31,14 +31,14 @@
 namespace grader::sandbox {
 
 struct Limits {
-  int wall_seconds = 60;                        // the job's time on the clock
-  int cpu_seconds = 60;                         // CPU time of each process
-  std::uint64_t memory = 2ull << 30;            // address space of each process; the cgroup's when root
-  int processes = 64;                           // processes and threads
-  std::uint64_t output = 2ull << 20;            // stdout and stderr kept
-  std::uint64_t answers = 64ull << 20;          // the answers' stream, at most
-  std::uint64_t tmp = 64ull << 20;              // the private /tmp
-  std::uint64_t file_size = 256ull << 20;       // any one file written
+  int wall_seconds = 60;                   // the job's time on the clock
+  int cpu_seconds = 60;                    // CPU time of each process
+  std::uint64_t memory = 2ull << 30;       // address space of each process; the cgroup's when root
+  int processes = 64;                      // processes and threads
+  std::uint64_t output = 2ull << 20;       // stdout and stderr kept
+  std::uint64_t answers = 64ull << 20;     // the answers' stream, at most
+  std::uint64_t tmp = 64ull << 20;         // the private /tmp
+  std::uint64_t file_size = 256ull << 20;  // any one file written
 };
 
 enum class Isolation { bubblewrap, none };
@@ -53,9 +53,9 @@ struct Job {
   std::vector<std::string> argv;  // argv[0] an absolute path, as the sandbox sees it
   std::vector<Bind> binds;
   std::filesystem::path cwd = "/tmp";
-  bool answers_channel = false;   // give the job file descriptor 3, and read it
+  bool answers_channel = false;  // give the job file descriptor 3, and read it
   Isolation isolation = Isolation::bubblewrap;
-  int slot = 0;                   // which of the parallel jobs: the user it runs as, when root
+  int slot = 0;  // which of the parallel jobs: the user it runs as, when root
 };
 
 struct Outcome {

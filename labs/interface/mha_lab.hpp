@@ -137,8 +137,8 @@ template <class T, std::size_t R>
 xt::xtensor<T, R> linear(const xt::xtensor<T, R>& x, const xt::xtensor<T, 2>& W,
                          const std::optional<xt::xtensor<T, 1>>& b = std::nullopt) {
   if (x.shape(R - 1) != W.shape(1))
-    throw std::invalid_argument("linear: x's last dimension is " + std::to_string(x.shape(R - 1)) +
-                                ", W has " + std::to_string(W.shape(1)) + " columns");
+    throw std::invalid_argument("linear: x's last dimension is " + std::to_string(x.shape(R - 1)) + ", W has " +
+                                std::to_string(W.shape(1)) + " columns");
   if (b && b->shape(0) != W.shape(0))
     throw std::invalid_argument("linear: b has " + std::to_string(b->shape(0)) + " entries, W has " +
                                 std::to_string(W.shape(0)) + " rows");
@@ -179,8 +179,8 @@ lab::QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtens
 // query (L, N, E), key (S, N, Ek), value (S, N, Ev), W_q (E, E), W_k (E, Ek), W_v (E, Ev)
 // -> q (L, N, E), k (S, N, E), v (S, N, E)
 template <class T>
-lab::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key,
-                          const xt::xtensor<T, 3>& value, const lab::SeparateProjections<T>& p);
+lab::QKV<T> in_projection(const xt::xtensor<T, 3>& query, const xt::xtensor<T, 3>& key, const xt::xtensor<T, 3>& value,
+                          const lab::SeparateProjections<T>& p);
 }  // namespace lab02
 
 // Lab 03: heads, and scaled dot-product attention.

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
     });
     runner::attempt(answers, call, "pack", [&] {
       const lab::SeparateProjections<T> p{call.fixed<T, 2>("W_q"), call.fixed<T, 2>("W_k"), call.fixed<T, 2>("W_v"),
-                                          call.maybe<T, 1>("b_q"),   call.maybe<T, 1>("b_k"),   call.maybe<T, 1>("b_v")};
+                                          call.maybe<T, 1>("b_q"), call.maybe<T, 1>("b_k"), call.maybe<T, 1>("b_v")};
       const auto packed = lab01::pack<T>(p);
       answers.tensor<T>(call.name(), "pack.in_proj_weight", packed.in_proj_weight);
       if (packed.in_proj_bias) answers.tensor<T>(call.name(), "pack.in_proj_bias", *packed.in_proj_bias);

@@ -6,8 +6,7 @@
 #include "runner.hpp"
 
 template <class T>
-void answer_qkv(runner::Answers& answers, const runner::Call& call, const std::string& function,
-                const lab::QKV<T>& x) {
+void answer_qkv(runner::Answers& answers, const runner::Call& call, const std::string& function, const lab::QKV<T>& x) {
   answers.tensor<T>(call.name(), function + ".q", x.q);
   answers.tensor<T>(call.name(), function + ".k", x.k);
   answers.tensor<T>(call.name(), function + ".v", x.v);
@@ -24,9 +23,8 @@ int main(int argc, char** argv) {
       });
     if (call.has("W_q"))
       runner::attempt(answers, call, "in_projection", [&] {
-        const lab::SeparateProjections<T> p{call.fixed<T, 2>("W_q"), call.fixed<T, 2>("W_k"),
-                                            call.fixed<T, 2>("W_v"), call.maybe<T, 1>("b_q"),
-                                            call.maybe<T, 1>("b_k"), call.maybe<T, 1>("b_v")};
+        const lab::SeparateProjections<T> p{call.fixed<T, 2>("W_q"), call.fixed<T, 2>("W_k"), call.fixed<T, 2>("W_v"),
+                                            call.maybe<T, 1>("b_q"), call.maybe<T, 1>("b_k"), call.maybe<T, 1>("b_v")};
         answer_qkv<T>(answers, call, "in_projection", lab02::in_projection<T>(query, key, value, p));
       });
   });

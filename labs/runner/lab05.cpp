@@ -12,8 +12,8 @@ int main(int argc, char** argv) {
       const auto query = call.tensor<T>("query");
       const auto key = call.flag("query_is_key") ? query : call.tensor<T>("key");
       const auto value = call.flag("key_is_value") ? key : call.tensor<T>("value");
-      const auto o = lab05::forward<T>(call.options(), call.parameters<T>(), query, key, value,
-                                       call.forward_options<T>());
+      const auto o =
+          lab05::forward<T>(call.options(), call.parameters<T>(), query, key, value, call.forward_options<T>());
       answers.tensor<T>(call.name(), "forward.attn_output", o.attn_output);
       if (o.attn_output_weights) answers.tensor<T>(call.name(), "forward.attn_output_weights", *o.attn_output_weights);
     });

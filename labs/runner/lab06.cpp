@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
       if (g.query) answers.tensor<T>(call.name(), "backward.query", *g.query);
       if (g.key) answers.tensor<T>(call.name(), "backward.key", *g.key);
       if (g.value) answers.tensor<T>(call.name(), "backward.value", *g.value);
-      for (const auto& [name, tensor] : g.parameters) answers.tensor<T>(call.name(), "backward.parameter." + name, tensor);
+      for (const auto& [name, tensor] : g.parameters)
+        answers.tensor<T>(call.name(), "backward.parameter." + name, tensor);
     });
   });
 }

@@ -32,8 +32,7 @@ xt::xtensor<T, 3> heads(const xt::xtensor<T, 3>& x, std::size_t H) {
 
 // Block i of the packed in-projection applied to the token, in heads. -> (N*H, 1, D)
 template <class T>
-xt::xtensor<T, 3> projected(const lab::StateDict<T>& p, const xt::xtensor<T, 3>& token, std::size_t i,
-                            std::size_t H) {
+xt::xtensor<T, 3> projected(const lab::StateDict<T>& p, const xt::xtensor<T, 3>& token, std::size_t i, std::size_t H) {
   const std::size_t E = token.shape(2);
   const xt::xtensor<T, 2> w = xt::view(p.at("in_proj_weight"), xt::range(i * E, (i + 1) * E), xt::all());
   std::optional<xt::xtensor<T, 1>> b;

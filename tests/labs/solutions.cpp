@@ -180,8 +180,7 @@ lab::PackedProjection<T> pack(const lab::SeparateProjections<T>& p) {
   if (p.b_q) {
     xt::xtensor<T, 1> b = xt::xtensor<T, 1>::from_shape({3 * E});
     const std::array<const xt::xtensor<T, 1>*, 3> bs{&*p.b_q, &*p.b_k, &*p.b_v};
-    for (std::size_t x = 0; x < 3; ++x)
-      xt::view(b, xt::range(bias_block[x] * E, (bias_block[x] + 1) * E)) = *bs[x];
+    for (std::size_t x = 0; x < 3; ++x) xt::view(b, xt::range(bias_block[x] * E, (bias_block[x] + 1) * E)) = *bs[x];
     packed.in_proj_bias = b;
   }
   return packed;
