@@ -9,11 +9,9 @@
 int main(int argc, char** argv) {
   return runner::run(argc, argv, []<class T>(const runner::Call& call, runner::Answers& answers, T) {
     runner::attempt(answers, call, "forward", [&] {
-      const auto query = call.tensor<T>("query");
-      const auto key = call.flag("query_is_key") ? query : call.tensor<T>("key");
-      const auto value = call.flag("key_is_value") ? key : call.tensor<T>("value");
+      const auto x = call.inputs<T>();
       const auto o =
-          lab05::forward<T>(call.options(), call.parameters<T>(), query, key, value, call.forward_options<T>());
+          lab05::forward<T>(call.options(), call.parameters<T>(), x.query, x.key, x.value, call.forward_options<T>());
       answers.tensor<T>(call.name(), "forward.attn_output", o.attn_output);
       if (o.attn_output_weights) answers.tensor<T>(call.name(), "forward.attn_output_weights", *o.attn_output_weights);
     });

@@ -9,12 +9,10 @@
 int main(int argc, char** argv) {
   return runner::run(argc, argv, []<class T>(const runner::Call& call, runner::Answers& answers, T) {
     runner::attempt(answers, call, "backward", [&] {
-      const auto query = call.tensor<T>("query");
-      const auto key = call.flag("query_is_key") ? query : call.tensor<T>("key");
-      const auto value = call.flag("key_is_value") ? key : call.tensor<T>("value");
+      const auto x = call.inputs<T>();
       std::optional<xt::xarray<T>> grad_weights;
       if (call.has("grad_attn_output_weights")) grad_weights = call.tensor<T>("grad_attn_output_weights");
-      const auto g = lab06::backward<T>(call.options(), call.parameters<T>(), query, key, value,
+      const auto g = lab06::backward<T>(call.options(), call.parameters<T>(), x.query, x.key, x.value,
                                         call.forward_options<T>(), call.tensor<T>("grad_attn_output"), grad_weights);
       if (g.query) answers.tensor<T>(call.name(), "backward.query", *g.query);
       if (g.key) answers.tensor<T>(call.name(), "backward.key", *g.key);

@@ -117,6 +117,19 @@ public:
     }
     return p;
   }
+  // query, key and value as the caller gave them: one tensor where the caller passed one
+  // object twice (call.txt's query_is_key, key_is_value).
+  template <class T>
+  struct Inputs {
+    xt::xarray<T> query, key, value;
+  };
+  template <class T>
+  Inputs<T> inputs() const {
+    Inputs<T> x{tensor<T>("query"), {}, {}};
+    x.key = flag("query_is_key") ? x.query : tensor<T>("key");
+    x.value = flag("key_is_value") ? x.key : tensor<T>("value");
+    return x;
+  }
   lab::Options options() const {
     lab::Options o;
     o.embed_dim = std::stoll(text("embed_dim"));
