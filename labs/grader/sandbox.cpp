@@ -108,8 +108,9 @@ struct Cgroups {
     };
     if (fs::exists("/sys/fs/cgroup/pids/cgroup.procs") || fs::exists("/sys/fs/cgroup/memory/cgroup.procs")) {
       make_in("/sys/fs/cgroup/pids", {{"pids.max", std::to_string(limits.processes + 8)}});  // + bwrap's own
-      make_in("/sys/fs/cgroup/memory", {{"memory.limit_in_bytes", std::to_string(limits.memory)},
-                                        {"memory.memsw.limit_in_bytes", std::to_string(limits.memory)}});
+      if (limits.memory > 0)
+        make_in("/sys/fs/cgroup/memory", {{"memory.limit_in_bytes", std::to_string(limits.memory)},
+                                          {"memory.memsw.limit_in_bytes", std::to_string(limits.memory)}});
     }
     return c;
   }
@@ -211,7 +212,7 @@ void set_limit(int resource, rlim_t value) {
   for (int fd = answers >= 0 ? 4 : 3; fd < 1024; ++fd)
     if (fd != report) ::close(fd);
   set_limit(RLIMIT_CPU, static_cast<rlim_t>(limits.cpu_seconds));
-  set_limit(RLIMIT_AS, limits.memory);
+  if (limits.memory > 0) set_limit(RLIMIT_AS, limits.memory);
   set_limit(RLIMIT_FSIZE, limits.file_size);
   set_limit(RLIMIT_CORE, 0);
   set_limit(RLIMIT_NPROC, nproc);
@@ -224,6 +225,9 @@ void set_limit(int resource, rlim_t value) {
     }
   }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // Leaving root made the process undumpable, which also keeps a sanitizer's leak check from
+  // tracing its own threads; the job's user is its own, so nothing else is opened by this.
+  ::prctl(PR_SET_DUMPABLE, 1);
   if (job.isolation == Isolation::none && ::chdir(job.cwd.c_str()) != 0) {
     const char* why = "cannot enter the job's folder";
     [[maybe_unused]] auto n = ::write(report, why, std::strlen(why));

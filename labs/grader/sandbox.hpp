@@ -33,7 +33,7 @@ namespace grader::sandbox {
 struct Limits {
   int wall_seconds = 60;                   // the job's time on the clock
   int cpu_seconds = 60;                    // CPU time of each process
-  std::uint64_t memory = 2ull << 30;       // address space of each process; the cgroup's when root
+  std::uint64_t memory = 2ull << 30;       // address space of each process; the cgroup's when root; 0: none
   int processes = 64;                      // processes and threads
   std::uint64_t output = 2ull << 20;       // stdout and stderr kept
   std::uint64_t answers = 64ull << 20;     // the answers' stream, at most
