@@ -199,7 +199,8 @@ struct Part {
 
 // A lab: its number, its folder's name, its parts.
 struct Lab {
-  std::string number, name;
+  std::string number, name;  // "01", "01-split-pack": the lab's folder in labs/
+  std::string file;          // the file a student edits there, "split_pack.cpp"
   std::vector<Part> parts;
 };
 // The labs, in the course's order; lab("05") one of them (mha::Error for another number).

@@ -44,18 +44,6 @@ using grader::sandbox::Job;
 using grader::sandbox::Limits;
 using grader::sandbox::Outcome;
 
-// The labs' file names, in the course's order, as labs/CMakeLists.txt lists them.
-struct LabFile {
-  std::string number, folder, file;
-};
-const std::vector<LabFile> lab_files{{"01", "01-split-pack", "split_pack.cpp"},
-                                     {"02", "02-in-projection", "in_projection.cpp"},
-                                     {"03", "03-heads-attention", "heads_attention.cpp"},
-                                     {"04", "04-masks", "masks.cpp"},
-                                     {"05", "05-forward", "forward.cpp"},
-                                     {"06", "06-backward", "backward.cpp"},
-                                     {"07", "07-decoding", "decode_step.cpp"}};
-
 std::string read_text(const fs::path& file) {
   std::ifstream in(file);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -107,7 +95,7 @@ Kit read_kit(const fs::path& build) {
     else if (key == "include" && w.size() == 1) k.include_dirs.emplace_back(w[0]);
     else if (key == "runner" && w.size() == 2) k.runner[w[0]] = w[1];
   }
-  if (k.compiler.empty() || k.runner.size() != lab_files.size())
+  if (k.compiler.empty() || k.runner.size() != grader::labs().size())
     throw mha::Error(fmt::format("build: {} is incomplete", file.string()));
   return k;
 }
@@ -234,7 +222,7 @@ struct Places {
 
 // The build's shell line: the student's file BOX/src/FILE compiled against KIT/include alone,
 // linked with the lab's runner.
-std::string build_line(const Kit& kit, const LabFile& lab, const Places& at) {
+std::string build_line(const Kit& kit, const grader::Lab& lab, const Places& at) {
   return fmt::format(
       "{} {} -I{}/include -c {}/src/{} -o {}/student.o && {} {} {}/student.o {}/lab{}-runner.o -o {}/lab{}-answers",
       kit.compiler, joined(kit.compile), at.kit.string(), at.box.string(), lab.file, at.box.string(), kit.compiler,
@@ -276,8 +264,8 @@ void keep_log(const fs::path& dir, const std::string& name, const std::string& t
 
 struct Task {
   std::string student;
-  fs::path source;               // a lab file, or a folder of .npy answers
-  const LabFile* lab = nullptr;  // none: .npy answers
+  fs::path source;                   // a lab file, or a folder of .npy answers
+  const grader::Lab* lab = nullptr;  // none: .npy answers
   int index = 0;
 };
 
@@ -298,8 +286,8 @@ std::optional<std::string> student_file(const fs::path& file, std::string& why) 
 
 std::vector<Row> grade_lab_file(const Task& task, const Settings& s, const Kit& kit, const fs::path& kit_dir,
                                 const std::vector<mha::CaseInfo>& cases, int slot) {
-  const LabFile& lab = *task.lab;
-  const grader::Lab& graded = grader::lab(lab.number);
+  const grader::Lab& lab = *task.lab;
+  const grader::Lab& graded = lab;
   const fs::path logs = s.out / "work" / safe_name(task.student) / lab.number;
   auto one_row = [&](const std::string& verdict, const std::string& why) {
     double max = 0;
@@ -483,9 +471,9 @@ int gradebook(const fs::path& submissions, const fs::path& build, Settings s, in
   for (const auto& student : students) {
     const fs::path dir = submissions / student;
     bool handed_in = false;
-    for (const auto& lab : lab_files) {
+    for (const auto& lab : grader::labs()) {
       fs::path file = dir / lab.file;
-      if (!fs::exists(fs::symlink_status(file))) file = dir / lab.folder / lab.file;
+      if (!fs::exists(fs::symlink_status(file))) file = dir / lab.name / lab.file;
       if (!fs::exists(fs::symlink_status(file))) continue;
       handed_in = true;
       tasks.push_back({student, file, &lab, static_cast<int>(tasks.size())});
