@@ -443,6 +443,7 @@ void write_gradebook(const std::vector<Row>& rows, const std::vector<std::string
 int gradebook(const fs::path& submissions, const fs::path& build, Settings s, int jobs) {
   if (!fs::is_directory(submissions))
     throw mha::Error(fmt::format("submissions: {} is not a folder", submissions.string()));
+  grader::sandbox::become_subreaper();  // before the first job: the sandbox's own probe leaves no orphan
   if (s.isolation == Isolation::bubblewrap) {
     const std::string missing = grader::sandbox::unavailable();
     if (!missing.empty())
@@ -453,7 +454,6 @@ int gradebook(const fs::path& submissions, const fs::path& build, Settings s, in
   } else {
     fmt::print("mha-grade: --no-sandbox: each submission runs with your rights, within the limits only\n");
   }
-  grader::sandbox::become_subreaper();
   const Kit kit = read_kit(build);
   const auto cases = grader::read_cases(s.golden);
   const Staging staging(fs::temp_directory_path());

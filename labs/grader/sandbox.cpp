@@ -360,6 +360,10 @@ Outcome run(const Job& job, const Limits& limits) {
     o.output = std::string("cannot make a pipe: ") + std::strerror(errno);
     return o;
   }
+  // The caller is the subreaper of what the job leaves: bubblewrap's outer process can end a
+  // moment before the PID namespace's first process, which then becomes the caller's child
+  // and is reaped by sweep_orphans below, never handed to the caller's parent.
+  become_subreaper();
   pid_t pid = -1;
   {
     // Registered as a job before any other thread can sweep orphans (sweep_orphans).

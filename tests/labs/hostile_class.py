@@ -13,8 +13,11 @@ test checks
     and the reference solutions), and that nothing was planted in the machine's /tmp;
   - that nothing was stolen (no secret of the home, a classmate or the golden answers in
     anything the grader kept) or received (a listener on 127.0.0.1 hears no one);
-  - that no process of the class is left, that the gradebook folder stays small and the
-    grader's own memory bounded, whatever the class wrote.
+  - that no process of the class is left, not even one ended and never reaped (the test is
+    the subreaper of all it starts, so what outlives the grader is found among its own
+    children, and another grader's jobs on the machine are never mistaken for the class's),
+    that the gradebook folder stays small and the grader's own memory bounded, whatever the
+    class wrote.
 Run as root, it grades the class a second time as an unprivileged user (nobody): the sandbox
 must hold both ways. With --no-sandbox (the test "labs: the hostile class is not contained
 without the sandbox", WILL_FAIL) the same checks must fail.
@@ -283,19 +286,39 @@ def listener():
     return server, heard, done
 
 
+def become_subreaper():
+    """Make this test the subreaper of everything it starts: a process of the class that
+    outlives the grader is handed to this test, not to PID 1, and so is found among the
+    test's own descendants (and never mistaken for a job of another grader on the machine)."""
+    import ctypes
+    PR_SET_CHILD_SUBREAPER = 36
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
 def class_processes():
-    """Processes left of the class: an answers program, or a job user's (60000 and up)."""
-    left = []
+    """Processes left of the class: this test's descendants once the grader has ended."""
+    parent, state = {}, {}
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            uid = d.stat().st_uid
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "lab01-answers" in cmd or "lab05-answers" in cmd or 60000 <= uid < 60100:
-            left.append(f"{d.name} (uid {uid}): {cmd[:80]}")
+        if d.name.isdigit():
+            try:
+                # /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                parent[int(d.name)], state[int(d.name)] = int(fields[1]), fields[0]
+            except (OSError, IndexError, ValueError):
+                pass
+    left = []
+    for pid in parent:
+        ancestor = parent.get(pid)
+        while ancestor not in (None, 0, 1, os.getpid()):
+            ancestor = parent.get(ancestor)
+        if ancestor == os.getpid():
+            try:
+                uid = Path(f"/proc/{pid}").stat().st_uid
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            left.append(f"{pid} (uid {uid}, state {state[pid]}): {cmd[:80]}")
     return left
 
 
@@ -449,6 +472,7 @@ def run_once(grader, build, out, user, no_sandbox):
 
 def main():
     grader, build, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    become_subreaper()
     no_sandbox = "--no-sandbox" in sys.argv[4:]
     problems = run_once(grader, build, out / "as-caller", None, no_sandbox)
     Path("/tmp/flood").unlink(missing_ok=True)  # what the flooder wrote where nothing stopped it
