@@ -9,9 +9,10 @@
 //
 // `import mha;` gives what a user calls in namespace mha (the module, the functional form,
 // KVCache, the settings, the errors: docs/public-names.md lists them), the textbook's steps
-// in namespace mha::textbook, and nothing of the engine. Files are in two modules of their
-// own: mha.io (.npy and .safetensors files, checkpoints, their attention layers, other
-// models' weight layouts) and mha.golden (PyTorch's golden cases, and checking them).
+// in namespace mha::textbook, and of the engine one test hook, mha::testing::lane_sums. Files
+// are in two modules of their own: mha.io (.npy and .safetensors files, checkpoints, their
+// attention layers, other models' weight layouts) and mha.golden (PyTorch's golden cases,
+// and checking them).
 //
 // Four layers, one module partition each, each including its files in reading order
 // (docs/building.md has the figures of why):
@@ -21,6 +22,7 @@
 //                 own, which every layer imports and mha does not re-export
 //   mha:textbook  (textbook.cppm, textbook/) the readable reference; imports mha.core alone
 //     random.hpp              a seedable generator for initialisation and dropout
+//     versions.hpp            which generation of PyTorch the library behaves as: 1.13 or 2.x
 //     masks.hpp               bool and float masks, causal masks, padding, merging (step 2)
 //     attention.hpp           heads, scaling, softmax, dropout, scaled dot-product attention
 //     extra_keys.hpp          add_bias_kv: bias_k and bias_v appended as one more key
@@ -28,6 +30,7 @@
 //     options.hpp             the module's and forward's arguments, forward's output, the paths
 //     inputs.hpp              the inputs' shapes and layouts (step 1), the caller's layout (step 10)
 //     parameters.hpp          the parameters by state_dict name, their initialisation and version
+//     generations.hpp         what PyTorch 1.13 and 2.x each do with the same call: paths, masks
 //     reference_forward.hpp   multi_head_attention_forward, steps 3 to 10, one tensor per step
 //     gradients.hpp           the backward of each step: linear, softmax, dropout, heads, ...
 //     reference_backward.hpp  the gradients of a forward, steps 10 to 1 in reverse
@@ -45,25 +48,28 @@
 //     attention_tiles.hpp     a head's two products on AVX-512 registers, k and v copied once
 //     fast_attention.hpp      every batch-head as two GEMMs and one softmax pass
 //     flash_attention.hpp     tiles and an online softmax, the weights never formed
+//     decode_weights.hpp      the decoding step's copy of the weights, four rows as one stream
 //     engine.hpp              the fast forward: buffers, W^T, the fewest GEMMs, steps 3 to 10
 //     engine_backward.hpp     the fast backward: GEMMs over strided heads, from a saved forward
 //     training_forward.hpp    forward_for_backward() on the engine: its GEMMs, the reference's record
-//     decode_weights.hpp      the decoding step's copy of the weights, four rows as one stream
 //     decode_step.hpp         one decoding step with a KV cache, at the speed of reading its bytes
 //   mha:api       (api.cppm, api/) what a PyTorch user calls
 //     attention_paths.hpp     the one choice of path: reference or engine, steps 3 to 10
+//     pytorch_paths.hpp       which code of PyTorch runs a call: its native fast path or not
 //     functional.hpp          F.multi_head_attention_forward itself, argument for argument
 //     multihead_attention.hpp the module: parameters, train/eval, forward, backward
 //     kv_cache.hpp            decoding one token at a time: the keys and values kept, a step
-// The engine's layer exports no name; it is re-exported only because every interface
-// partition must be, and because MultiheadAttention, which holds an Engine, can then be
-// copied outside the module.
+// The engine's layer exports one name, mha::testing::lane_sums, for the tests; nothing else.
+// It is re-exported because every interface partition must be, because the tests call that
+// name, and because MultiheadAttention, which holds an Engine, can then be copied outside
+// the module.
 export module mha;
 
 export import mha.error;
 export import :platform;
 export import :textbook;
-// The engine exports no name; it is re-exported because every interface partition must be,
-// and because MultiheadAttention, which holds one, needs its definition reachable.
+// The engine exports one name, mha::testing::lane_sums, for the tests; nothing else. It is
+// re-exported because every interface partition must be, and because MultiheadAttention,
+// which holds one, needs its definition reachable.
 export import :engine;
 export import :api;
