@@ -5,8 +5,9 @@
 // fragment is a prefix of one fixed list (see third_party.hpp for why the order is fixed).
 // A unit includes the shortest one that has what it uses: clang 16 writes each unit's
 // fragment into its BMI again, merged with everything the unit imports, and a unit without
-// xtensor in its fragment compiles in less than half the time (mha.io:dtypes alone: 18 s
-// instead of 45; a whole Release build on 2 cores: 1207 s instead of 1525).
+// xtensor in its fragment compiles in less than half the time (the .npy dtypes' unit, when
+// each file was a partition of its own: 18 s instead of 45; a whole Release build on 2
+// cores: 1207 s instead of 1525).
 //   third_party_core.hpp   the standard library and fmt
 //   third_party_json.hpp   ... and nlohmann_json
 //   third_party.hpp        ... and xtensor, xtensor-blas: the whole list

@@ -82,6 +82,21 @@ TEST_CASE("split_packed gives W_q W_k W_v as row blocks 0 1 2 and the bias third
   CHECK(mha_test::same(mha_test::value_of(p.b_v, "b_v"), xt::view(b, xt::range(2 * E, 3 * E))));
 }
 
+// By hand, for E = 4: Q is rows [0, 4), K [4, 8), V [8, 12); K and V together [4, 12), in
+// which V starts at row 4.
+TEST_CASE("qkv_rows and kv_rows name the packed weight's row blocks", "[in_projection]") {
+  using mha::textbook::kv_rows;
+  using mha::textbook::qkv_rows;
+  const auto rows = [](mha::textbook::RowBlock r) { return std::array<std::size_t, 3>{r.first, r.count, r.end()}; };
+  CHECK(rows(qkv_rows(0, 4)) == std::array<std::size_t, 3>{0, 4, 4});
+  CHECK(rows(qkv_rows(1, 4)) == std::array<std::size_t, 3>{4, 4, 8});
+  CHECK(rows(qkv_rows(2, 4)) == std::array<std::size_t, 3>{8, 4, 12});
+  CHECK(rows(kv_rows(4)) == std::array<std::size_t, 3>{4, 8, 12});
+  CHECK(rows(qkv_rows(1, 4).within(kv_rows(4))) == std::array<std::size_t, 3>{0, 4, 4});
+  CHECK(rows(qkv_rows(2, 4).within(kv_rows(4))) == std::array<std::size_t, 3>{4, 4, 8});
+  CHECK_MHA_ERROR(qkv_rows(3, 4), Catch::Matchers::ContainsSubstring("block: expected 0 (q), 1 (k) or 2 (v), got 3"));
+}
+
 TEST_CASE("split then pack and pack then split are identities", "[in_projection]") {
   const auto c = mha_test::load<double>("self_seqfirst_f64");
   const xt::xtensor<double, 2> w = c.parameters.at("in_proj_weight");

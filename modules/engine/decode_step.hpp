@@ -465,9 +465,10 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeWeights<T>& 
   auto project_heads = [&](std::size_t h0, std::size_t h1) {
     const std::size_t r0 = h0 * D, r1 = h1 * D;
     for (std::size_t block = 0; block < 3; ++block) {
-      T* y = qkv + block * E;  // columns of this block, row m at y + m * 3E
-      run_at_width<MatvecRows>(&weights.in_projection(block), x, M, in_bias ? in_bias + block * E : nullptr, y, 3 * E,
-                               r0, r1);
+      const std::size_t first = textbook::qkv_rows(block, E).first;  // the block's columns of [q | k | v]
+      T* y = qkv + first;                                            // row m at y + m * 3E
+      run_at_width<MatvecRows>(&weights.in_projection(block), x, M, in_bias ? in_bias + first : nullptr, y, 3 * E, r0,
+                               r1);
       for (std::size_t m = 0; m < M; ++m) {
         T* row = y + m * 3 * E;
         if (block == 0) {

@@ -162,8 +162,9 @@ Projection<T> project(const FastCall<T>& c, const textbook::Parameters<T>& param
   }
   const auto q = project_into(c, query, g.query, w(0), b, 0, E);  // (L, N, E)
   if (g.aliasing == textbook::Aliasing::key_is_value) {
-    const auto kv = project_into(c, key, g.key, w(k_first), b, k_first, 2 * E);  // (S, N, 2E)
-    return {q, kv, kv.shifted(v_first - k_first)};
+    const textbook::RowBlock kv_block = textbook::kv_rows(E);
+    const auto kv = project_into(c, key, g.key, w(kv_block.first), b, kv_block.first, kv_block.count);  // (S, N, 2E)
+    return {q, kv, kv.shifted(textbook::qkv_rows(2, E).within(kv_block).first)};
   }
   return {q, project_into(c, key, g.key, w(k_first), b, k_first, E),
           project_into(c, value, g.value, w(v_first), b, v_first, E)};

@@ -137,9 +137,9 @@ StateDict<T> to_bert(const StateDict<T>& torch) {
   StateDict<T> bert;
   const char* names[] = {"query", "key", "value"};
   for (std::size_t i = 0; i < 3; ++i) {
-    bert.emplace(fmt::format("self.{}.weight", names[i]),
-                 xt::view(w, xt::range(i * E, (i + 1) * E), xt::all()));  // rows [iE, (i+1)E)
-    bert.emplace(fmt::format("self.{}.bias", names[i]), xt::view(b, xt::range(i * E, (i + 1) * E)));
+    const auto rows = mha::textbook::qkv_rows(i, E);  // rows [iE, (i+1)E)
+    bert.emplace(fmt::format("self.{}.weight", names[i]), xt::view(w, xt::range(rows.first, rows.end()), xt::all()));
+    bert.emplace(fmt::format("self.{}.bias", names[i]), xt::view(b, xt::range(rows.first, rows.end())));
   }
   bert.emplace("output.dense.weight", layout_tensor(torch, "out_proj.weight", {E, E}));
   bert.emplace("output.dense.bias", layout_tensor(torch, "out_proj.bias", {E}));
@@ -274,7 +274,8 @@ StateDict<T> to_llama(const StateDict<T>& torch, std::size_t num_heads, std::siz
         "Llama's projections have no bias; the module must have bias=False");
   const auto w = layout_tensor(torch, "in_proj_weight", {3 * E, E});
   const auto rows = [&](std::size_t block) {
-    return xt::xarray<T>(xt::view(w, xt::range(block * E, (block + 1) * E), xt::all()));
+    const auto r = mha::textbook::qkv_rows(block, E);
+    return xt::xarray<T>(xt::view(w, xt::range(r.first, r.end()), xt::all()));
   };
   return {{"q_proj.weight", rows(0)},
           {"k_proj.weight", group_kv_heads(rows(1), num_heads, num_kv_heads, D, "in_proj_weight rows [E, 2E) (W_k)")},

@@ -246,13 +246,12 @@ InProjectionGradients<T> in_projection_backward(const xt::xtensor<T, 3>& query, 
                                  linear_backward(value, p.w_v, dv, p.b_v.has_value()));
 }
 
-// Rows [first, first + E) of a (rows, in) weight gradient, and of its bias.
+// The rows `rows` of a (rows, in) weight gradient, and of its bias.
 template <class T>
-std::pair<xt::xtensor<T, 2>, std::optional<xt::xtensor<T, 1>>> row_block(const LinearGradients<T>& g, std::size_t first,
-                                                                         std::size_t E) {
+std::pair<xt::xtensor<T, 2>, std::optional<xt::xtensor<T, 1>>> row_block(const LinearGradients<T>& g, RowBlock rows) {
   std::optional<xt::xtensor<T, 1>> bias;
-  if (g.bias) bias = xt::view(*g.bias, xt::range(first, first + E));
-  return {xt::view(g.weight, xt::range(first, first + E), xt::all()), std::move(bias)};
+  if (g.bias) bias = xt::view(*g.bias, xt::range(rows.first, rows.end()));
+  return {xt::view(g.weight, xt::range(rows.first, rows.end()), xt::all()), std::move(bias)};
 }
 
 // _in_projection_packed backward, on the branch the forward took: one linear layer of all
@@ -278,11 +277,12 @@ InProjectionGradients<T> in_projection_packed_backward(const xt::xtensor<T, 3>& 
   out.weights.w_q = std::move(gq.weight), out.weights.b_q = std::move(gq.bias);
   if (aliasing == Aliasing::key_is_value) {
     // (S, N, 2E): k and v were columns of one GEMM against rows [E, 3E)
-    const xt::xtensor<T, 2> w_kv = xt::view(in_proj_weight, xt::range(E, 3 * E), xt::all());
+    const RowBlock kv_block = kv_rows(E);
+    const xt::xtensor<T, 2> w_kv = xt::view(in_proj_weight, xt::range(kv_block.first, kv_block.end()), xt::all());
     const xt::xtensor<T, 3> d_kv = xt::concatenate(xt::xtuple(dk, dv), 2);
     auto g = linear_backward(key, w_kv, d_kv, has_bias);
-    std::tie(out.weights.w_k, out.weights.b_k) = row_block(g, 0, E);
-    std::tie(out.weights.w_v, out.weights.b_v) = row_block(g, E, E);
+    std::tie(out.weights.w_k, out.weights.b_k) = row_block(g, qkv_rows(1, E).within(kv_block));
+    std::tie(out.weights.w_v, out.weights.b_v) = row_block(g, qkv_rows(2, E).within(kv_block));
     out.key = std::move(g.input);
     return out;
   }

@@ -81,12 +81,18 @@ xt::xtensor<T, N> linear(const xt::xtensor<T, N>& x, const xt::xtensor<T, 2>& we
 // function where a block starts, so that the arithmetic is written once.
 struct RowBlock {
   std::size_t first = 0, count = 0;
+  std::size_t end() const { return first + count; }  // one past the last row
+  // The same rows counted from the start of `outer`, a block that holds them.
+  RowBlock within(RowBlock outer) const { return {first - outer.first, count}; }
 };
 
 inline RowBlock qkv_rows(std::size_t block, std::size_t E) {
   check(block < 3, "block", "expected 0 (q), 1 (k) or 2 (v), got {}", block);
   return {block * E, E};
 }
+
+// K's rows and V's together, [E, 3E): the one GEMM of encoder-decoder attention (key is value).
+inline RowBlock kv_rows(std::size_t E) { return {qkv_rows(1, E).first, qkv_rows(2, E).end() - qkv_rows(1, E).first}; }
 
 // The shape of in_proj_weight: (3E, E), [W_q; W_k; W_v].
 inline std::array<std::size_t, 2> in_proj_weight_shape(std::size_t E) { return {3 * E, E}; }
@@ -99,7 +105,7 @@ std::optional<xt::xtensor<T, 1>> bias_block(const std::optional<xt::xtensor<T, 1
   const RowBlock rows = qkv_rows(block, E);
   check(packed->shape(0) == 3 * E, "in_proj_bias", "expected shape {}, got {}", shape_string({3 * E}),
         shape_string(packed->shape()));
-  return xt::xtensor<T, 1>(xt::view(*packed, xt::range(rows.first, rows.first + rows.count)));
+  return xt::xtensor<T, 1>(xt::view(*packed, xt::range(rows.first, rows.end())));
 }
 
 // Rows [block*E, (block+1)*E) of the packed weight: block 0 is W_q, 1 is W_k, 2 is W_v.
@@ -109,7 +115,7 @@ xt::xtensor<T, 2> weight_block(const xt::xtensor<T, 2>& in_proj_weight, std::siz
   const RowBlock rows = qkv_rows(block, E);
   check(in_proj_weight.shape(0) == 3 * E, "in_proj_weight", "expected shape {}, got {}",
         shape_string(in_proj_weight_shape(E)), shape_string(in_proj_weight.shape()));
-  return xt::view(in_proj_weight, xt::range(rows.first, rows.first + rows.count), xt::all());
+  return xt::view(in_proj_weight, xt::range(rows.first, rows.end()), xt::all());
 }
 
 // in_proj_weight (3E, E), in_proj_bias (3E) -> W_q, W_k, W_v (E, E) and b_q, b_k, b_v (E).
@@ -162,6 +168,12 @@ xt::xtensor<T, 3> column_block(const xt::xtensor<T, 3>& x, std::size_t begin, st
   return block;
 }
 
+// The columns `rows` of the packed projection's output: (L, N, C) -> (L, N, rows.count).
+template <class T>
+xt::xtensor<T, 3> column_block(const xt::xtensor<T, 3>& x, RowBlock rows) {
+  return column_block(x, rows.first, rows.end());
+}
+
 // How the inputs alias each other, the C++ counterpart of Python's `query is key` and
 // `key is value`: PyTorch runs one GEMM for self-attention, two for encoder-decoder
 // attention (key is value), three otherwise.
@@ -183,18 +195,20 @@ QKV<T> in_projection_packed(const xt::xtensor<T, 3>& query, const xt::xtensor<T,
     // One GEMM against all 3E rows: (L, N, E) x (E, 3E) -> (L, N, 3E), then the three
     // column blocks [q | k | v] of each row are taken apart.
     auto proj = linear(query, in_proj_weight, in_proj_bias);  // (L, N, 3E)
-    return {column_block(proj, 0, E), column_block(proj, E, 2 * E), column_block(proj, 2 * E, 3 * E)};
+    return {column_block(proj, qkv_rows(0, E)), column_block(proj, qkv_rows(1, E)), column_block(proj, qkv_rows(2, E))};
   }
   const auto w_q = weight_block(in_proj_weight, 0);  // (E, E)
   const auto b_q = bias_block(in_proj_bias, 0, E);   // (E)
   if (aliasing == Aliasing::key_is_value) {
     // Encoder-decoder attention: q from rows [0, E), k and v from rows [E, 3E) at once.
-    const std::size_t k_first = qkv_rows(1, E).first;  // K's rows, then V's, to 3E
-    const xt::xtensor<T, 2> w_kv = xt::view(in_proj_weight, xt::range(k_first, 3 * E), xt::all());  // (2E, E)
+    const RowBlock kv_block = kv_rows(E);  // K's rows, then V's
+    const xt::xtensor<T, 2> w_kv =
+        xt::view(in_proj_weight, xt::range(kv_block.first, kv_block.end()), xt::all());  // (2E, E)
     std::optional<xt::xtensor<T, 1>> b_kv;
-    if (in_proj_bias) b_kv = xt::view(*in_proj_bias, xt::range(k_first, 3 * E));  // (2E)
-    auto kv = linear(key, w_kv, b_kv);                                            // (S, N, 2E)
-    return {linear(query, w_q, b_q), column_block(kv, 0, E), column_block(kv, E, 2 * E)};
+    if (in_proj_bias) b_kv = xt::view(*in_proj_bias, xt::range(kv_block.first, kv_block.end()));  // (2E)
+    auto kv = linear(key, w_kv, b_kv);                                                            // (S, N, 2E)
+    return {linear(query, w_q, b_q), column_block(kv, qkv_rows(1, E).within(kv_block)),
+            column_block(kv, qkv_rows(2, E).within(kv_block))};
   }
   return {linear(query, w_q, b_q), linear(key, weight_block(in_proj_weight, 1), bias_block(in_proj_bias, 1, E)),
           linear(value, weight_block(in_proj_weight, 2), bias_block(in_proj_bias, 2, E))};
