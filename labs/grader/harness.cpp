@@ -428,7 +428,6 @@ int run_lab(std::string_view number, int argc, char** argv) {
     // 1) the inputs, 2) the student's program on them, in a process of its own, 3) the grading.
     const TemporaryFolder inputs;
     write_inputs(l, cases, options, inputs.path);
-    sandbox::become_subreaper();  // what the student's program leaves behind is ended with it
     // Readable by the user the program runs as when this one is root (sandbox.hpp).
     std::filesystem::permissions(inputs.path, std::filesystem::perms(0755));
     for (const auto& e : std::filesystem::recursive_directory_iterator(inputs.path))

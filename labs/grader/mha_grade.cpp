@@ -443,7 +443,6 @@ void write_gradebook(const std::vector<Row>& rows, const std::vector<std::string
 int gradebook(const fs::path& submissions, const fs::path& build, Settings s, int jobs) {
   if (!fs::is_directory(submissions))
     throw mha::Error(fmt::format("submissions: {} is not a folder", submissions.string()));
-  grader::sandbox::become_subreaper();  // before the first job: the sandbox's own probe leaves no orphan
   if (s.isolation == Isolation::bubblewrap) {
     const std::string missing = grader::sandbox::unavailable();
     if (!missing.empty())

@@ -77,9 +77,10 @@ std::string unavailable();
 // against other graders on the machine by a lock in /run/lock.
 uid_t box_user(int slot);
 
-// Kill every process left below the caller (it is their subreaper): what a job's orphans
-// became when the job ran without the sandbox's PID namespace.
+// Make the caller the subreaper of what its jobs leave behind (run() does, before each job).
 void become_subreaper();
+// Kill and reap every process left below the caller: what a job's orphans became when the
+// job ran without the sandbox's PID namespace.
 void kill_descendants();
 
 }  // namespace grader::sandbox
