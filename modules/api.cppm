@@ -14,7 +14,7 @@ export module mha:api;
 
 import mha.core;
 import :platform;
-import :textbook;
+import mha.textbook;
 import :engine;
 
 // check(), mha.core's helper, called unqualified by the files below.

@@ -19,7 +19,7 @@ export module mha:engine;
 
 import mha.core;
 import :platform;
-import :textbook;
+import mha.textbook;
 
 #include "engine/attention_problem.hpp"
 #include "engine/softmax_kernels.hpp"

@@ -9,18 +9,22 @@
 //
 // `import mha;` gives what a user calls in namespace mha (the module, the functional form,
 // KVCache, the settings, the errors: docs/public-names.md lists them), the textbook's steps
-// in namespace mha::textbook, and of the engine one test hook, mha::testing::lane_sums. Files
-// are in two modules of their own: mha.io (.npy and .safetensors files, checkpoints, their
-// attention layers, other models' weight layouts) and mha.golden (PyTorch's golden cases,
-// and checking them).
+// in namespace mha::textbook, the few textbook helpers of mha::detail that the engine and
+// the API call (exported to them, as the textbook is a module of its own), and of the engine
+// one test hook, mha::testing::lane_sums. Files are in two modules of their own: mha.io
+// (.npy and .safetensors files, checkpoints, their attention layers, other models' weight
+// layouts) and mha.golden (PyTorch's golden cases, and checking them).
 //
-// Four layers, one module partition each, each including its files in reading order
-// (docs/building.md has the figures of why):
+// Four layers, one module unit each, each including its files in reading order
+// (docs/building.md has the figures of why). The textbook is a module of its own, so that the
+// compiler keeps every textbook file to mha.core; the platform, the engine and the API are
+// partitions of mha:
 //   mha.error     (error.cppm) mha::Error, the one exception type, and shape_string; a module
 //                 of its own, re-exported here
 //   mha.core      (core.cppm) mha.error and check(), the helper that throws it; a module of its
 //                 own, which every layer imports and mha does not re-export
-//   mha:textbook  (textbook.cppm, textbook/) the readable reference; imports mha.core alone
+//   mha.textbook  (textbook.cppm, textbook/) the readable reference; a module of its own,
+//                 which imports mha.core alone, and which mha re-exports
 //     random.hpp              a seedable generator for initialisation and dropout
 //     versions.hpp            which generation of PyTorch the library behaves as: 1.13 or 2.x
 //     masks.hpp               bool and float masks, causal masks, padding, merging (step 2)
@@ -67,7 +71,8 @@ export module mha;
 
 export import mha.error;
 export import :platform;
-export import :textbook;
+// A module of its own, not a partition: re-exported, it gives the same names as one would.
+export import mha.textbook;
 // The engine exports one name, mha::testing::lane_sums, for the tests; nothing else. It is
 // re-exported because every interface partition must be, and because MultiheadAttention,
 // which holds one, needs its definition reachable.

@@ -1,22 +1,32 @@
 #!/usr/bin/env python3
-"""tests/layers_test.py — the textbook names nothing of the engine, the platform or the API.
+"""tests/layers_test.py — the textbook's units import mha.core alone and include only its own files.
 
-modules/textbook.cppm imports only mha.core, and the compiler keeps its interface to that.
-But the textbook's bodies (modules/textbook/*.cpp) are `module mha;` units, which see the
-whole module: only this test keeps them, and the interface files, to the textbook's layer.
-It collects every name that modules/engine/, modules/platform/ and modules/api/ declare at
-namespace scope, and fails when a textbook file (comments and strings left out) uses one
-that the textbook does not declare itself, or when textbook.cppm imports more than mha.core.
+The textbook is a module of its own, mha.textbook (modules/textbook.cppm), and its bodies
+(modules/textbook/*.cpp) are `module mha.textbook;` units: they see the textbook and what it
+imports, mha.core, and no name of the engine, the platform or the API. The compiler keeps
+that, not this test: the ctest "layers: the compiler refuses a textbook unit that names the
+platform, the engine or the API" builds a planted unit that names one of each,
+tests/layers/textbook_reaches_out.cpp, and passes only on the compiler's error for each.
+
+What the compiler does not refuse is a door opened on purpose. A textbook body may import
+more: `import mha;` in a `module mha.textbook;` unit compiles, and gives it all that mha
+exports, the module and the functional form among it (the engine's internals stay out of
+reach, as they are not exported). A textbook file may #include another layer's files into
+the textbook's purview. This test keeps those doors shut: it reads the import and #include lines (comments left out) of
+  modules/textbook.cppm     imports mha.core alone; includes third_party.hpp and textbook/*.hpp;
+  modules/textbook/*.cpp    `module mha.textbook;`, no import; includes third_party.hpp alone;
+  modules/textbook/*.hpp    no module line, no import, no #include (textbook.cppm includes
+                            them, in its purview, each after those it uses).
 
   layers_test.py SOURCE_DIR            the check
-  layers_test.py SOURCE_DIR --plant    the same, with an engine name planted in a textbook
-                                       file: must report it (ctest checks the report)
+  layers_test.py SOURCE_DIR --plant    the same, with `import mha;` planted in a textbook
+                                       body: must report it (ctest checks the report)
 """
 import re
 import sys
 from pathlib import Path
 
-KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "operator", "static_cast", "requires", "decltype"}
+GMF_HEADER = "third_party.hpp"  # the global module fragment's headers, the same in every unit
 
 
 def code_only(text):
@@ -42,77 +52,61 @@ def code_only(text):
     return "".join(out)
 
 
-def declarations(path):
-    """(namespace, name) of what a file declares at namespace scope: lines at column 0 (the
-    tree is clang-formatted), under the namespace opened last at column 0."""
-    found, namespace = set(), "mha"
-    for line in code_only(path.read_text()).splitlines():
-        opened = re.match(r"(?:export\s+)?namespace\s+([\w:]+)\s*\{", line)
-        if opened:
-            namespace = opened.group(1)
-            continue
-        if not line or line[0] in " }#" or line.startswith(("module", "import")):
-            continue
-        if line.startswith("template"):
-            line = re.sub(r"^template\s*<.*?>\s*", "", line)
-            if not line:
-                continue
-        m = re.match(r"(?:export\s+)?(?:struct|class|enum class|enum|using|concept)\s+(\w+)", line)
-        if not m:
-            m = re.search(r"(\w+)\s*\(", line)
-            if not m or m.group(1) in KEYWORDS:
-                continue
-        found.add((namespace, m.group(1)))
-    return found
-
-
-def uses(line):
-    """The names a line of code refers to as a function, template, type or qualified name:
-    (qualifier, name), the qualifier "" when there is none. Members (after . or ->) and
-    variables are not names of another layer."""
-    for m in re.finditer(r"(?:(\w+)::)?\b([A-Za-z_]\w*)\b", line):
-        before = line[: m.start()].rstrip()
-        if before.endswith((".", "->")) or (not m.group(1) and before.endswith("::")):
-            continue
-        qualifier, name = m.group(1) or "", m.group(2)
-        after = line[m.end():].lstrip()
-        if qualifier or after.startswith(("(", "<")) or name[0].isupper():
-            yield qualifier, name
+def doors(text):
+    """(line number, kind, what) of each module, import and #include line of a unit. The
+    #include's file is read from the text itself (code_only empties string literals)."""
+    raw = text.splitlines()
+    for number, line in enumerate(code_only(text).splitlines(), 1):
+        module = re.match(r"\s*(?:export\s+)?module\s+([\w.:]+)\s*;", line)
+        imported = re.match(r"\s*(?:export\s+)?import\s+([^;]+);", line)
+        included = re.match(r'\s*#\s*include\s*[<"]([^>"]+)[>"]', raw[number - 1])
+        if module:
+            yield number, "module", module.group(1)
+        elif imported:
+            yield number, "import", imported.group(1).strip()
+        elif included and line.lstrip().startswith("#"):
+            yield number, "include", included.group(1)
 
 
 def main():
     root = Path(sys.argv[1])
     plant = "--plant" in sys.argv[2:]
     modules = root / "modules"
-    textbook_files = sorted((modules / "textbook").glob("*.hpp")) + sorted((modules / "textbook").glob("*.cpp"))
-    own = set().union(*(declarations(f) for f in textbook_files))
-    own_names = {name for _, name in own}
-    own_detail = {name for namespace, name in own if namespace.endswith("detail")}
-    foreign = {}
-    for layer in ("engine", "platform", "api"):
-        for f in sorted((modules / layer).glob("*.[hc]pp")):
-            for _, name in declarations(f):
-                foreign.setdefault(name, f"modules/{layer}/{f.name}")
+    units = [modules / "textbook.cppm"] + sorted((modules / "textbook").glob("*.cpp"))
+    headers = sorted((modules / "textbook").glob("*.hpp"))
+    own = {f"textbook/{h.name}" for h in headers}
     problems = []
-    imports = re.findall(r"^\s*(?:export\s+)?import\s+([^;]+);", (modules / "textbook.cppm").read_text(), re.M)
-    if imports != ["mha.core"]:
-        problems.append(f"modules/textbook.cppm imports {imports}, expected only mha.core")
-    for f in textbook_files:
+    for f in units + headers:
+        where = f.relative_to(root).as_posix()
         text = f.read_text()
         if plant and f.name == "attention.cpp":
-            # What the test must catch: a textbook step calling the platform's BLAS entry point.
-            text += "\nvoid planted(const float* a, float* c) { detail::gemm<float>(false, false, 1, 1, 1, 1.f, a, 1, a, 1, 0.f, c, 1); }\n"
-        for number, line in enumerate(code_only(text).splitlines(), 1):
-            for qualifier, name in uses(line):
-                if name not in foreign:
-                    continue
-                mine = name in own_detail if qualifier == "detail" else name in own_names
-                if qualifier in ("", "detail", "mha", "textbook") and not mine:
-                    problems.append(f"modules/textbook/{f.name}:{number}: names {name} of {foreign[name]}")
+            # What the test must catch: a textbook body that imports the whole library.
+            text = text.replace("module mha.textbook;\n", "module mha.textbook;\n\nimport mha;\n", 1)
+        found = list(doors(text))
+        modules_declared = [what for _, kind, what in found if kind == "module"]
+        if f.suffix == ".cppm":
+            expected_module, allowed_imports, allowed_includes = "mha.textbook", {"mha.core"}, own | {GMF_HEADER}
+        elif f.suffix == ".cpp":
+            expected_module, allowed_imports, allowed_includes = "mha.textbook", set(), {GMF_HEADER}
+        else:
+            expected_module, allowed_imports, allowed_includes = None, set(), set()
+        if expected_module and modules_declared != [expected_module]:
+            problems.append(f"{where}: declares module {modules_declared}, expected {expected_module}")
+        if not expected_module and modules_declared:
+            problems.append(f"{where}: has a module line ({modules_declared[0]}); textbook.cppm includes it in its purview")
+        imports = [what for _, kind, what in found if kind == "import"]
+        for number, kind, what in found:
+            if kind == "import" and what not in allowed_imports:
+                problems.append(f"{where}:{number}: imports {what}; the textbook imports mha.core alone "
+                                f"(in modules/textbook.cppm)")
+            if kind == "include" and what not in allowed_includes:
+                problems.append(f"{where}:{number}: includes {what}, not a file of the textbook")
+        if f.suffix == ".cppm" and imports != ["mha.core"]:
+            problems.append(f"{where}: imports {imports}, expected only mha.core")
     for p in problems:
         print(p)
-    print(f"{len(textbook_files)} textbook files against {len(foreign)} names of the engine, platform and API: "
-          f"{len(problems)} problem(s)")
+    print(f"{len(units)} textbook units and {len(headers)} files they include, their imports and "
+          f"includes: {len(problems)} problem(s)")
     return 1 if problems else 0
 
 

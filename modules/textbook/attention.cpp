@@ -10,7 +10,7 @@
 module;
 #include "third_party.hpp"
 
-module mha;
+module mha.textbook;
 
 namespace mha::textbook {
 

@@ -38,11 +38,6 @@ enum class PyTorchPath { weights, sdpa, fast_path };
 namespace mha::detail {
 
 template <class T>
-bool is_float_mask(const std::optional<Mask<T>>& m) {
-  return m && std::holds_alternative<xt::xarray<T>>(*m);
-}
-
-template <class T>
 bool is_uint8_mask(const std::optional<Mask<T>>& m) {
   return m && std::holds_alternative<xt::xarray<std::uint8_t>>(*m);
 }
@@ -51,6 +46,17 @@ bool is_uint8_mask(const std::optional<Mask<T>>& m) {
 template <class T>
 Mask<T> nonzero_as_bool(const Mask<T>& m) {
   return std::visit([](const auto& x) { return Mask<T>(xt::xarray<bool>(xt::not_equal(x, 0))); }, m);
+}
+
+}  // namespace mha::detail
+
+// What the API calls (api/pytorch_paths.hpp, functional.cpp, attention_paths.cpp), exported
+// to it: the API is outside mha.textbook, and sees only what it exports.
+export namespace mha::detail {
+
+template <class T>
+bool is_float_mask(const std::optional<Mask<T>>& m) {
+  return m && std::holds_alternative<xt::xarray<T>>(*m);
 }
 
 // The masks as one generation reads them, ready for 2.x's preparation (prepare_masks),

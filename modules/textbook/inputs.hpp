@@ -88,7 +88,9 @@ xt::xarray<T> output_weights(const T* w, std::size_t N, std::size_t H, std::size
 
 }  // namespace mha::textbook
 
-namespace mha::detail {
+// Step 1's result and step 1 itself, geometry() below, are exported for the API and the
+// engine, which are outside mha.textbook; the checks geometry() runs are not.
+export namespace mha::detail {
 
 // The sizes of one forward(), checked as multi_head_attention_forward checks them.
 struct Geometry {
@@ -97,6 +99,10 @@ struct Geometry {
   textbook::SeqFirstLayout query, key, value;  // (L, N, E), (S, N, Ek), (S, N, Ev)
   std::size_t L = 0, S = 0, N = 0;
 };
+
+}  // namespace mha::detail
+
+namespace mha::detail {
 
 // _mha_shape_check's mask ranks: key_padding_mask one less than query, attn_mask 2-D or
 // 3-D, and an unbatched 3-D attn_mask (H, L, S).
@@ -155,6 +161,10 @@ textbook::Aliasing aliasing_of(const xt::xarray<T>& query, const xt::xarray<T>& 
   if (&query == &key && &key == &value) return textbook::Aliasing::self_attention;
   return &key == &value ? textbook::Aliasing::key_is_value : textbook::Aliasing::none;
 }
+
+}  // namespace mha::detail
+
+export namespace mha::detail {
 
 // Step 1 of forward(): every shape checked once, the sizes and layouts that follow.
 template <class T>

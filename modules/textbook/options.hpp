@@ -74,7 +74,9 @@ enum class AttentionPath { automatic, reference, fast, memory_efficient };
 
 }  // namespace mha
 
-namespace mha::detail {
+// Exported for the API and the engine, which call both: they are outside mha.textbook, and
+// see only what it exports (docs/public-names.md lists these helpers apart from the API).
+export namespace mha::detail {
 
 // The checks of MultiheadAttention.__init__, with its messages.
 void validate(const Options& options) {

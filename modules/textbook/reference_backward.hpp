@@ -14,7 +14,10 @@
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
 // Uses options.hpp, parameters.hpp, inputs.hpp, attention.hpp, in_projection.hpp, gradients.hpp, reference_forward.hpp.
 
-namespace mha::textbook {
+// Gradients and reference_backward are exported: the API calls it, and the engine's
+// backward gives a Gradients too, from outside mha.textbook. The two helpers between them
+// are the textbook's own.
+export namespace mha::textbook {
 
 // The gradients of a forward: dL/d(input) per distinct input object, in the caller's layout
 // (as PyTorch's x.grad: self-attention has only `query`, the sum over its three uses;
@@ -25,6 +28,10 @@ struct Gradients {
   std::optional<xt::xarray<T>> query, key, value;
   StateDict<T> parameters;  // in_proj_weight or q/k/v_proj_weight, in_proj_bias, out_proj.weight, ...
 };
+
+}  // namespace mha::textbook
+
+namespace mha::textbook {
 
 // The per-use gradients of query, key and value summed into one per input object, each in
 // the caller's layout. A use absent (nullopt) was already summed by the in-projection.
@@ -53,6 +60,10 @@ void store_in_projection_gradients(const Parameters<T>& params, const SeparatePr
   out.parameters["v_proj_weight"] = w.w_v;
   if (w.b_q && w.b_k && w.b_v) out.parameters["in_proj_bias"] = xt::concatenate(xt::xtuple(*w.b_q, *w.b_k, *w.b_v), 0);
 }
+
+}  // namespace mha::textbook
+
+export namespace mha::textbook {
 
 // The forward's steps 10 to 1, in reverse, on what the forward saved.
 template <class T>

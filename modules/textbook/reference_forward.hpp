@@ -12,8 +12,10 @@
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
 // Uses random.hpp, options.hpp, parameters.hpp, inputs.hpp, masks.hpp, in_projection.hpp.
+// Exported, all of it: the API runs reference_forward and the engine fills a SavedForward,
+// and both are outside mha.textbook.
 
-namespace mha::detail {
+export namespace mha::detail {
 
 // What the backward pass needs from one forward (MultiheadAttention::forward_for_backward):
 // the inputs as multi_head_attention_forward saw them, and the tensors each gradient is
@@ -42,7 +44,7 @@ struct SavedForward {
 
 }  // namespace mha::detail
 
-namespace mha::textbook {
+export namespace mha::textbook {
 
 // static_k and static_v of the functional form (a KV cache), as (N*H, S, D) tensors:
 // either, both or neither.
