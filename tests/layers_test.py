@@ -12,7 +12,8 @@ What the compiler does not refuse is a door opened on purpose. A textbook body m
 more: `import mha;` in a `module mha.textbook;` unit compiles, and gives it all that mha
 exports, the module and the functional form among it (the engine's internals stay out of
 reach, as they are not exported). A textbook file may #include another layer's files into
-the textbook's purview. This test keeps those doors shut: it reads the import and #include lines (comments left out) of
+the textbook's purview. This test keeps those doors shut: it reads the import and #include
+lines (comments left out) of
   modules/textbook.cppm     imports mha.core alone; includes third_party.hpp and textbook/*.hpp;
   modules/textbook/*.cpp    `module mha.textbook;`, no import; includes third_party.hpp alone;
   modules/textbook/*.hpp    no module line, no import, no #include (textbook.cppm includes
@@ -93,7 +94,8 @@ def main():
         if expected_module and modules_declared != [expected_module]:
             problems.append(f"{where}: declares module {modules_declared}, expected {expected_module}")
         if not expected_module and modules_declared:
-            problems.append(f"{where}: has a module line ({modules_declared[0]}); textbook.cppm includes it in its purview")
+            problems.append(f"{where}: has a module line ({modules_declared[0]}); "
+                            "textbook.cppm includes it in its purview")
         imports = [what for _, kind, what in found if kind == "import"]
         for number, kind, what in found:
             if kind == "import" and what not in allowed_imports:
