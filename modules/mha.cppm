@@ -54,7 +54,7 @@
 //     training_forward.hpp    forward_for_backward() on the engine: its GEMMs, the reference's record
 //     decode_step.hpp         one decoding step with a KV cache, at the speed of reading its bytes
 //   mha:api       (api.cppm, api/) what a PyTorch user calls
-//     attention_paths.hpp     the one choice of path: reference or engine, steps 3 to 10
+//     attention_paths.hpp     every choice of path, each rule that overrides one; steps 3 to 10
 //     pytorch_paths.hpp       which code of PyTorch runs a call: its native fast path or not
 //     functional.hpp          F.multi_head_attention_forward itself, argument for argument
 //     multihead_attention.hpp the module: parameters, train/eval, forward, backward

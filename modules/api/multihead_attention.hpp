@@ -7,6 +7,7 @@
 // torch/nn/functional.py's multi_head_attention_forward, or the fast engine (mha:engine).
 // backward() gives the gradients of a forward run by forward_for_backward(), as PyTorch's
 // autograd computes them: step by step (textbook/reference_backward.hpp) or by GEMMs (engine/engine_backward.hpp).
+// Every one of these choices of path is made in attention_paths.hpp, none here.
 //
 // Two variants, as in PyTorch:
 //   packed    in_proj_weight (3E, E) = [W_q; W_k; W_v], used when kdim == vdim == E;
@@ -204,9 +205,12 @@ public:
   void set_attention_path(AttentionPath path) { attention_path_ = path; }
   AttentionPath attention_path() const { return attention_path_; }
 
-  // The path forward() takes for these sizes (S counts bias_k and the zero key).
+  // The path forward() takes for these sizes (S counts bias_k and the zero key), when no rule
+  // of PathRule overrides it (choose_forward_path, attention_paths.hpp).
   AttentionPath resolved_attention_path(bool need_weights, std::size_t L, std::size_t S) const {
-    return detail::resolve_attention_path(attention_path_, need_weights, L, S);
+    return detail::choose_forward_path(
+               PathFacts{.requested = attention_path_, .need_weights = need_weights, .L = L, .S = S})
+        .path;
   }
 
   // Which code PyTorch runs for this call, in the generation options().pytorch names (its
@@ -303,12 +307,9 @@ public:
             "grad_attn_output_weights", "expected shape {} (attn_output_weights'), got {}",
             shape_string(s.weights_shape), shape_string(grad_attn_output_weights->shape()));
     }
-    // The reference allocates every gradient as it goes, as PyTorch's autograd does; the
-    // engine writes them into the storage of the gradients this thread let go last.
-    if (attention_path_ == AttentionPath::reference)
-      return Gradients<T>(
-          textbook::reference_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights));
-    return Gradients<T>(detail::fast_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights));
+    // the reference's step-by-step gradients or the engine's GEMMs: the one choice (attention_paths.hpp)
+    return Gradients<T>(
+        detail::backward_steps(options_, params_, s, grad_attn_output, grad_attn_output_weights, attention_path_));
   }
 
 private:
@@ -337,7 +338,9 @@ private:
     // 1) the shapes, and the new positions' k and v into the cache: (N*H, t0 + L_new, D)
     const detail::Geometry g = detail::geometry(x, x, x, opts, options_);
     const bool batch_first = options_.batch_first && g.batched;
-    if (decodes_fast(g, need_weights, dropout_p)) return decode_step(x, g, batch_first, cache);
+    // the engine's decode_step, or the steps below: the choice is decodes_fast (attention_paths.hpp)
+    if (detail::decodes_fast(attention_path_, need_weights, dropout_p, /*rows=*/g.L * g.N))
+      return decode_step(x, g, batch_first, cache);
     const auto x3 = textbook::to_seq_first_batched(x, batch_first);               // (L_new, N, E)
     const auto k = key_value_projection(x3, 1), v = key_value_projection(x3, 2);  // (L_new, N, E) each
     const std::size_t t0 = cache.length();
@@ -354,13 +357,6 @@ private:
     // 3)-10) the steps, with the cache as static_k and static_v
     return detail::attention_steps(engine_, options_, params_, x, x, x, g, std::move(masks), opts, cache.statics(),
                                    attention_path_, dropout_p, dropout_generator_);
-  }
-
-  // A step the engine's decode_step takes (engine/decode_step.hpp): a few new rows (up to
-  // 16, one token of up to 16 sequences), no weights, no dropout, and not the reference
-  // path. It streams the weights once for all rows, where a GEMM would pack them first.
-  bool decodes_fast(const detail::Geometry& g, bool need_weights, double dropout_p) const {
-    return attention_path_ != AttentionPath::reference && !need_weights && dropout_p == 0 && g.L * g.N <= 16;
   }
 
   // Steps 3 to 10 of a decoding step on the engine: q, k, v, the attention over the cache
@@ -382,7 +378,8 @@ private:
 
   // k (block 1) or v (block 2) of x3 (L_new, N, E): x3 W^T + b with the rows of W and b
   // that in_proj_weight and in_proj_bias give that block, or k/v_proj_weight. q is not
-  // computed: the step's attention projects it.
+  // computed: the step's attention projects it. No choice of path: every step that is not
+  // decode_step projects k and v here, on every path; packed or not is the variant's layout.
   xt::xtensor<T, 3> key_value_projection(const xt::xtensor<T, 3>& x3, std::size_t block) const {
     const std::size_t E = embed_dim();
     const std::size_t first = textbook::qkv_rows(block, E).first;  // the block's first row of in_proj_weight
