@@ -223,28 +223,25 @@ public:
 
   // MultiheadAttention.forward(query, key, value, ...). Pass the same object as query,
   // key and value for self-attention (Python's `query is key is value`). Steps 1 and 2 are
-  // here; steps 3 to 10 run on the path chosen (attention_paths.hpp): the readable
-  // reference (textbook::reference_forward, reference_forward.cpp) or the engine.
+  // in forward_steps(), which forward_for_backward() runs too; steps 3 to 10 run on the
+  // path chosen (attention_paths.hpp): the readable reference (textbook::reference_forward,
+  // reference_forward.cpp) or the engine.
+  //
+  // The default route, need_weights=true and averaged over heads, no dropout, on the engine:
+  // five calls in four files, from here to the weights (tests/route_test.py checks that each
+  // function is defined in its file and called by the one before):
+  //   route 0  forward                  api/multihead_attention.hpp
+  //   route 1  forward_steps            api/multihead_attention.hpp  steps 1 and 2
+  //   route 2  attention_steps          api/attention_paths.cpp      the path: choose_forward_path
+  //   route 3  forward                  engine/engine.hpp            Engine::forward, steps 3 to 10
+  //   route 4  attend                   engine/engine.hpp            step 8, the kernel: choose_kernel
+  //   route 5  fast_attention_averaged  engine/fast_attention.hpp    the mean over heads, as they go
+  // On the side, each returning before the next hop: geometry (step 1, textbook/inputs.hpp),
+  // module_path and prepare_masks_as (step 2, pytorch_paths.hpp), choose_forward_path and
+  // choose_kernel (attention_paths.hpp); under route 5, the softmax row kernels.
   Output<T> forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
                     const ForwardOptions<T>& opts = {}) {
-    const double dropout_p = training_ ? options_.dropout : 0.0;
-    const auto turn = dropout_turn(dropout_p, opts.dropout_mask.has_value());
-
-    // 1) the shapes: batched or not, the sequence-first sizes, which inputs are the same object
-    const detail::Geometry g = detail::geometry(query, key, value, opts, options_);
-    check_dropout_mask(opts.dropout_mask, dropout_p, g);
-
-    // 2) the code PyTorch runs (its fast path or not), and the masks as float masks, read
-    //    as the generation chosen reads them: bool True -> -inf (_canonical_mask), shapes checked
-    std::vector<Warning> warnings;
-    textbook::PreparedMasks<T> masks =
-        detail::prepare_masks_as(options_, detail::module_path(options_, training_, opts, g).path, opts, g, warnings);
-
-    // 3)-10) the attention itself, on the reference or the engine: the one choice of path
-    Output<T> out = detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
-                                            detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_);
-    out.warnings = std::move(warnings);
-    return out;
+    return forward_steps(query, key, value, opts, /*saved=*/nullptr);
   }
 
   // ---- backward ----------------------------------------------------------------------
@@ -261,20 +258,8 @@ public:
                                                               const ForwardOptions<T>& opts = {}) {
     check(opts.grad_enabled, "grad_enabled",
           "expected true for forward_for_backward (gradients are taken of this forward), got false");
-    const double dropout_p = training_ ? options_.dropout : 0.0;
-    const auto turn = dropout_turn(dropout_p, opts.dropout_mask.has_value());
-    // 1) and 2) as forward() does them
-    const detail::Geometry g = detail::geometry(query, key, value, opts, options_);
-    check_dropout_mask(opts.dropout_mask, dropout_p, g);
-    std::vector<Warning> warnings;
-    textbook::PreparedMasks<T> masks =
-        detail::prepare_masks_as(options_, detail::module_path(options_, training_, opts, g).path, opts, g, warnings);
-    // 3)-10) keeping what backward() needs in the record
     ForwardRecord<T> record;
-    Output<T> out =
-        detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
-                                detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_, &record.saved_);
-    out.warnings = std::move(warnings);
+    Output<T> out = forward_steps(query, key, value, opts, &record.saved_);  // what backward() needs, kept
     record.weights_version_ = params_.version();
     return {std::move(out), std::move(record)};
   }
@@ -314,6 +299,31 @@ public:
 
 private:
   friend class KVCache<T>;
+
+  // forward() and forward_for_backward(): steps 1 and 2 here, 3 to 10 on the path chosen,
+  // a record for backward() kept in `saved` when given.
+  Output<T> forward_steps(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                          const ForwardOptions<T>& opts, detail::SavedForward<T>* saved) {
+    const double dropout_p = training_ ? options_.dropout : 0.0;
+    const auto turn = dropout_turn(dropout_p, opts.dropout_mask.has_value());
+
+    // 1) the shapes: batched or not, the sequence-first sizes, which inputs are the same object
+    const detail::Geometry g = detail::geometry(query, key, value, opts, options_);
+    check_dropout_mask(opts.dropout_mask, dropout_p, g);
+
+    // 2) the code PyTorch runs (its fast path or not), and the masks as float masks, read
+    //    as the generation chosen reads them: bool True -> -inf (_canonical_mask), shapes checked
+    std::vector<Warning> warnings;
+    textbook::PreparedMasks<T> masks =
+        detail::prepare_masks_as(options_, detail::module_path(options_, training_, opts, g).path, opts, g, warnings);
+
+    // 3)-10) the attention itself, on the path chosen (attention_paths.hpp)
+    Output<T> out =
+        detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
+                                detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_, saved);
+    out.warnings = std::move(warnings);
+    return out;
+  }
 
   // Training-mode dropout draws from the module's one generator: calls that draw take
   // turns, each drawing as one call alone would. Without dropout, calls share nothing.

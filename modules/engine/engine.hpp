@@ -309,6 +309,7 @@ public:
 
     // 3) in-projection, q scaled by sqrt(1/D) in its buffer as it is written (c.scale_q)
     Projection<T> p = project(c, params, *wt, query, key, value, statics);  // q (L, N, E), k and v (S, N, E)
+    // 5) the heads: no copy, head h of q, k and v is the strided view at column h*D (StridedHeads)
     // 4), 6) bias_k/bias_v and the zero key: k and v copied once into (S', N, E), masks padded
     if (options.add_bias_kv || options.add_zero_attn) extend_keys(c, options, params, statics, p, masks);
     const std::size_t S_total = S + options.add_bias_kv + options.add_zero_attn;  // S'
@@ -332,10 +333,10 @@ public:
                            &ws.scratch,
                            c.threads};
     Output<T> out;
-    out.attn_output_weights = attend(c, pb, kernel);
+    out.attn_output_weights = attend(c, pb, kernel);  // 10) the weights, in the caller's layout
 
-    // 9) out_proj: one GEMM, (L*N, E) x (E, E) -> (L*N, E), into the returned tensor, whose
-    //    layout is the query's: (L, N, E), (N, L, E) batch_first or (L, E) unbatched
+    // 9), 10) out_proj: one GEMM, (L*N, E) x (E, E) -> (L*N, E), into the returned tensor,
+    //    whose layout is the caller's, the query's: (L, N, E), (N, L, E) batch_first or (L, E) unbatched
     out.attn_output = xt::xarray<T>::from_shape(query.shape());
     const T* bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
     parallel_linear_into(heads, L * N, E, with_packed(c, LinearWeight<T>{wt->out_proj.data(), E, true}, L * N, E, E), E,
