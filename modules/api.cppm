@@ -1,7 +1,8 @@
 // modules/api.cppm — what a PyTorch user calls: the functional form, the module, the KV cache.
 //
-// The one choice of path, the reference or the engine, for steps 3 to 10
-// (attention_paths.hpp), F.multi_head_attention_forward argument for argument
+// Every choice of path, for steps 3 to 10 (the reference or the engine, and the engine's
+// kernel), the backward and the decoding step, with the rules that override the path asked
+// for (attention_paths.hpp), F.multi_head_attention_forward argument for argument
 // (functional.hpp), the module with its parameters, train/eval, forward and backward
 // (multihead_attention.hpp), and decoding one token at a time (kv_cache.hpp). Start
 // reading at MultiheadAttention::forward().

@@ -1,11 +1,12 @@
 // modules/mha.cppm — PyTorch's torch.nn.MultiheadAttention, from scratch, one idea per file.
 //
-// Where to start: MultiheadAttention::forward() (api/multihead_attention.hpp). It does two
-// steps itself, the shapes (1) and the masks (2), and makes one call, attention_steps()
-// (api/attention_paths.hpp), which runs steps 3 to 10 on the path chosen: the readable
-// reference, textbook::reference_forward (textbook/reference_forward.cpp), whose numbered
-// steps each call the textbook file that teaches them, or the engine. The machine
-// underneath and the engine can be skipped at first.
+// Where to start: MultiheadAttention::forward() (api/multihead_attention.hpp). Its body,
+// shared with forward_for_backward(), does two steps itself, the shapes (1) and the masks
+// (2), and makes one call, attention_steps() (api/attention_paths.hpp), which runs steps 3 to
+// 10 on the path chosen there: the readable reference, textbook::reference_forward
+// (textbook/reference_forward.cpp), whose numbered steps each call the textbook file that
+// teaches them, or the engine. The comment above forward() numbers the route to the
+// weights. The machine underneath and the engine can be skipped at first.
 //
 // `import mha;` gives what a user calls in namespace mha (the module, the functional form,
 // KVCache, the settings, the errors: docs/public-names.md lists them), the textbook's steps
@@ -58,7 +59,7 @@
 //     training_forward.hpp    forward_for_backward() on the engine: its GEMMs, the reference's record
 //     decode_step.hpp         one decoding step with a KV cache, at the speed of reading its bytes
 //   mha:api       (api.cppm, api/) what a PyTorch user calls
-//     attention_paths.hpp     the one choice of path: reference or engine, steps 3 to 10
+//     attention_paths.hpp     every choice of path, each rule that overrides one; steps 3 to 10
 //     pytorch_paths.hpp       which code of PyTorch runs a call: its native fast path or not
 //     functional.hpp          F.multi_head_attention_forward itself, argument for argument
 //     multihead_attention.hpp the module: parameters, train/eval, forward, backward

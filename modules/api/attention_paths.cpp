@@ -1,5 +1,5 @@
-// modules/api/attention_paths.cpp — attention_steps: the reference or the engine, and its
-// explicit instantiations for float and double.
+// modules/api/attention_paths.cpp — attention_steps: the path chosen, run on the reference or
+// the engine, and its explicit instantiations for float and double.
 //
 // The body of what modules/api/attention_paths.hpp declares.
 //
@@ -29,23 +29,31 @@ Output<T> attention_steps(Engine<T>& engine, const Options& options, const textb
                           SavedForward<T>* saved) {
   const std::size_t S_keys = statics.k ? statics.k.S : g.S;
   const std::size_t S_total = S_keys + options.add_bias_kv + options.add_zero_attn;  // S'
-  // 2.x's SDPA gives a row that no key may attend to weight 0: the reference does
-  // (zero_fully_masked_rows), the engine's kernels give NaN, so such a call takes the reference.
-  if (masks.safe_softmax && has_fully_masked_row(masks, static_cast<std::size_t>(options.num_heads), g.L,
-                                                 options.add_bias_kv || options.add_zero_attn))
-    path = AttentionPath::reference;
-  // A record for backward(): the engine's forward keeps it, unless the reference path is
-  // chosen or there is nothing for the engine to multiply (training_forward_applies).
-  if (saved && path != AttentionPath::reference && training_forward_applies(g, statics, S_total))
-    return training_forward(engine, options, params, query, key, value, g, std::move(masks), opts, dropout_p, generator,
-                            *saved);
-  const AttentionPath resolved =
-      saved ? AttentionPath::reference : resolve_attention_path(path, opts.need_weights, g.L, S_total);
-  if (resolved == AttentionPath::reference || opts.dropout_mask)
+  // The one choice of path (attention_paths.hpp). Only SDPA's safe softmax off the reference
+  // reads the masks, to see whether a row is fully masked; everything else is sizes and flags.
+  const bool extra_key = options.add_bias_kv || options.add_zero_attn;
+  const ForwardPath chosen = choose_forward_path(PathFacts{
+      .requested = path,
+      .need_weights = opts.need_weights,
+      .L = g.L,
+      .S = S_total,
+      .fully_masked_row = masks.safe_softmax && path != AttentionPath::reference &&
+                          has_fully_masked_row(masks, static_cast<std::size_t>(options.num_heads), g.L, extra_key),
+      .keeps_record = saved != nullptr,
+      .engine_keeps_record = training_forward_applies(g, statics, S_total),
+      .replays_dropout = opts.dropout_mask.has_value()});
+
+  // The reference: every intermediate a tensor, and the record, if one is kept, made of them
+  if (chosen.path == AttentionPath::reference)
     return textbook::reference_forward(options, params, query, key, value, g, std::move(masks), opts,
                                        static_tensors(statics), dropout_p, generator, saved);
-  return engine.forward(options, params, query, key, value, g, std::move(masks), opts, statics, resolved, dropout_p,
-                        generator);
+  // A record off the reference: the engine's GEMMs, keeping the reference's intermediates
+  if (saved)
+    return training_forward(engine, options, params, query, key, value, g, std::move(masks), opts, dropout_p, generator,
+                            *saved);
+  // The engine, with step 8's kernel for the path and the weights asked for
+  return engine.forward(options, params, query, key, value, g, std::move(masks), statics,
+                        choose_kernel(chosen.path, opts, dropout_p), dropout_p, generator);
 }
 
 // Compiled here once for each dtype the library has.

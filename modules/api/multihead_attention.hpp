@@ -7,6 +7,7 @@
 // torch/nn/functional.py's multi_head_attention_forward, or the fast engine (mha:engine).
 // backward() gives the gradients of a forward run by forward_for_backward(), as PyTorch's
 // autograd computes them: step by step (textbook/reference_backward.hpp) or by GEMMs (engine/engine_backward.hpp).
+// Every one of these choices of path is made in attention_paths.hpp, none here.
 //
 // Two variants, as in PyTorch:
 //   packed    in_proj_weight (3E, E) = [W_q; W_k; W_v], used when kdim == vdim == E;
@@ -204,9 +205,12 @@ public:
   void set_attention_path(AttentionPath path) { attention_path_ = path; }
   AttentionPath attention_path() const { return attention_path_; }
 
-  // The path forward() takes for these sizes (S counts bias_k and the zero key).
+  // The path forward() takes for these sizes (S counts bias_k and the zero key), when no rule
+  // of PathRule overrides it (choose_forward_path, attention_paths.hpp).
   AttentionPath resolved_attention_path(bool need_weights, std::size_t L, std::size_t S) const {
-    return detail::resolve_attention_path(attention_path_, need_weights, L, S);
+    return detail::choose_forward_path(
+               PathFacts{.requested = attention_path_, .need_weights = need_weights, .L = L, .S = S})
+        .path;
   }
 
   // Which code PyTorch runs for this call, in the generation options().pytorch names (its
@@ -219,28 +223,25 @@ public:
 
   // MultiheadAttention.forward(query, key, value, ...). Pass the same object as query,
   // key and value for self-attention (Python's `query is key is value`). Steps 1 and 2 are
-  // here; steps 3 to 10 run on the path chosen (attention_paths.hpp): the readable
-  // reference (textbook::reference_forward, reference_forward.cpp) or the engine.
+  // in forward_steps(), which forward_for_backward() runs too; steps 3 to 10 run on the
+  // path chosen (attention_paths.hpp): the readable reference (textbook::reference_forward,
+  // reference_forward.cpp) or the engine.
+  //
+  // The default route, need_weights=true and averaged over heads, no dropout, on the engine:
+  // five calls in four files, from here to the weights (tests/route_test.py checks that each
+  // function is defined in its file and called by the one before):
+  //   route 0  forward                  api/multihead_attention.hpp
+  //   route 1  forward_steps            api/multihead_attention.hpp  steps 1 and 2
+  //   route 2  attention_steps          api/attention_paths.cpp      the path: choose_forward_path
+  //   route 3  forward                  engine/engine.hpp            Engine::forward, steps 3 to 10
+  //   route 4  attend                   engine/engine.hpp            step 8, the kernel: choose_kernel
+  //   route 5  fast_attention_averaged  engine/fast_attention.hpp    the mean over heads, as they go
+  // On the side, each returning before the next hop: geometry (step 1, textbook/inputs.hpp),
+  // module_path and prepare_masks_as (step 2, pytorch_paths.hpp), choose_forward_path and
+  // choose_kernel (attention_paths.hpp); under route 5, the softmax row kernels.
   Output<T> forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
                     const ForwardOptions<T>& opts = {}) {
-    const double dropout_p = training_ ? options_.dropout : 0.0;
-    const auto turn = dropout_turn(dropout_p, opts.dropout_mask.has_value());
-
-    // 1) the shapes: batched or not, the sequence-first sizes, which inputs are the same object
-    const detail::Geometry g = detail::geometry(query, key, value, opts, options_);
-    check_dropout_mask(opts.dropout_mask, dropout_p, g);
-
-    // 2) the code PyTorch runs (its fast path or not), and the masks as float masks, read
-    //    as the generation chosen reads them: bool True -> -inf (_canonical_mask), shapes checked
-    std::vector<Warning> warnings;
-    textbook::PreparedMasks<T> masks =
-        detail::prepare_masks_as(options_, detail::module_path(options_, training_, opts, g).path, opts, g, warnings);
-
-    // 3)-10) the attention itself, on the reference or the engine: the one choice of path
-    Output<T> out = detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
-                                            detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_);
-    out.warnings = std::move(warnings);
-    return out;
+    return forward_steps(query, key, value, opts, /*saved=*/nullptr);
   }
 
   // ---- backward ----------------------------------------------------------------------
@@ -257,20 +258,8 @@ public:
                                                               const ForwardOptions<T>& opts = {}) {
     check(opts.grad_enabled, "grad_enabled",
           "expected true for forward_for_backward (gradients are taken of this forward), got false");
-    const double dropout_p = training_ ? options_.dropout : 0.0;
-    const auto turn = dropout_turn(dropout_p, opts.dropout_mask.has_value());
-    // 1) and 2) as forward() does them
-    const detail::Geometry g = detail::geometry(query, key, value, opts, options_);
-    check_dropout_mask(opts.dropout_mask, dropout_p, g);
-    std::vector<Warning> warnings;
-    textbook::PreparedMasks<T> masks =
-        detail::prepare_masks_as(options_, detail::module_path(options_, training_, opts, g).path, opts, g, warnings);
-    // 3)-10) keeping what backward() needs in the record
     ForwardRecord<T> record;
-    Output<T> out =
-        detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
-                                detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_, &record.saved_);
-    out.warnings = std::move(warnings);
+    Output<T> out = forward_steps(query, key, value, opts, &record.saved_);  // what backward() needs, kept
     record.weights_version_ = params_.version();
     return {std::move(out), std::move(record)};
   }
@@ -303,16 +292,38 @@ public:
             "grad_attn_output_weights", "expected shape {} (attn_output_weights'), got {}",
             shape_string(s.weights_shape), shape_string(grad_attn_output_weights->shape()));
     }
-    // The reference allocates every gradient as it goes, as PyTorch's autograd does; the
-    // engine writes them into the storage of the gradients this thread let go last.
-    if (attention_path_ == AttentionPath::reference)
-      return Gradients<T>(
-          textbook::reference_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights));
-    return Gradients<T>(detail::fast_backward(options_, params_, s, grad_attn_output, grad_attn_output_weights));
+    // the reference's step-by-step gradients or the engine's GEMMs: the one choice (attention_paths.hpp)
+    return Gradients<T>(
+        detail::backward_steps(options_, params_, s, grad_attn_output, grad_attn_output_weights, attention_path_));
   }
 
 private:
   friend class KVCache<T>;
+
+  // forward() and forward_for_backward(): steps 1 and 2 here, 3 to 10 on the path chosen,
+  // a record for backward() kept in `saved` when given.
+  Output<T> forward_steps(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
+                          const ForwardOptions<T>& opts, detail::SavedForward<T>* saved) {
+    const double dropout_p = training_ ? options_.dropout : 0.0;
+    const auto turn = dropout_turn(dropout_p, opts.dropout_mask.has_value());
+
+    // 1) the shapes: batched or not, the sequence-first sizes, which inputs are the same object
+    const detail::Geometry g = detail::geometry(query, key, value, opts, options_);
+    check_dropout_mask(opts.dropout_mask, dropout_p, g);
+
+    // 2) the code PyTorch runs (its fast path or not), and the masks as float masks, read
+    //    as the generation chosen reads them: bool True -> -inf (_canonical_mask), shapes checked
+    std::vector<Warning> warnings;
+    textbook::PreparedMasks<T> masks =
+        detail::prepare_masks_as(options_, detail::module_path(options_, training_, opts, g).path, opts, g, warnings);
+
+    // 3)-10) the attention itself, on the path chosen (attention_paths.hpp)
+    Output<T> out =
+        detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
+                                detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_, saved);
+    out.warnings = std::move(warnings);
+    return out;
+  }
 
   // Training-mode dropout draws from the module's one generator: calls that draw take
   // turns, each drawing as one call alone would. Without dropout, calls share nothing.
@@ -337,7 +348,9 @@ private:
     // 1) the shapes, and the new positions' k and v into the cache: (N*H, t0 + L_new, D)
     const detail::Geometry g = detail::geometry(x, x, x, opts, options_);
     const bool batch_first = options_.batch_first && g.batched;
-    if (decodes_fast(g, need_weights, dropout_p)) return decode_step(x, g, batch_first, cache);
+    // the engine's decode_step, or the steps below: the choice is decodes_fast (attention_paths.hpp)
+    if (detail::decodes_fast(attention_path_, need_weights, dropout_p, /*rows=*/g.L * g.N))
+      return decode_step(x, g, batch_first, cache);
     const auto x3 = textbook::to_seq_first_batched(x, batch_first);               // (L_new, N, E)
     const auto k = key_value_projection(x3, 1), v = key_value_projection(x3, 2);  // (L_new, N, E) each
     const std::size_t t0 = cache.length();
@@ -354,13 +367,6 @@ private:
     // 3)-10) the steps, with the cache as static_k and static_v
     return detail::attention_steps(engine_, options_, params_, x, x, x, g, std::move(masks), opts, cache.statics(),
                                    attention_path_, dropout_p, dropout_generator_);
-  }
-
-  // A step the engine's decode_step takes (engine/decode_step.hpp): a few new rows (up to
-  // 16, one token of up to 16 sequences), no weights, no dropout, and not the reference
-  // path. It streams the weights once for all rows, where a GEMM would pack them first.
-  bool decodes_fast(const detail::Geometry& g, bool need_weights, double dropout_p) const {
-    return attention_path_ != AttentionPath::reference && !need_weights && dropout_p == 0 && g.L * g.N <= 16;
   }
 
   // Steps 3 to 10 of a decoding step on the engine: q, k, v, the attention over the cache
@@ -382,7 +388,8 @@ private:
 
   // k (block 1) or v (block 2) of x3 (L_new, N, E): x3 W^T + b with the rows of W and b
   // that in_proj_weight and in_proj_bias give that block, or k/v_proj_weight. q is not
-  // computed: the step's attention projects it.
+  // computed: the step's attention projects it. No choice of path: every step that is not
+  // decode_step projects k and v here, on every path; packed or not is the variant's layout.
   xt::xtensor<T, 3> key_value_projection(const xt::xtensor<T, 3>& x3, std::size_t block) const {
     const std::size_t E = embed_dim();
     const std::size_t first = textbook::qkv_rows(block, E).first;  // the block's first row of in_proj_weight

@@ -5,7 +5,9 @@
 // layout is a contiguous (rows, E) matrix, textbook/inputs.hpp), q, k and v stay in their projection
 // buffers and a head is a strided view into them, the heads land in the caller's layout
 // and out_proj writes straight into the returned tensor. The attention itself is
-// fast_attention.hpp (GEMMs, fused softmax) or flash_attention.hpp (tiles, online softmax).
+// fast_attention.hpp (GEMMs, fused softmax) or flash_attention.hpp (tiles, online softmax):
+// which one is the API's choice (AttentionKernel, chosen in api/attention_paths.hpp), passed
+// in, as the engine chooses no path of its own.
 // The engine owns what this costs: buffers kept per thread (platform/workspace.hpp), and W^T per
 // version of the weights. Every PyTorch step it shares with the reference is called, not
 // re-derived: the masks (textbook/masks.hpp), bias_k/bias_v (textbook/extra_keys.hpp), the scale (textbook/attention.hpp),
@@ -223,35 +225,48 @@ AdditiveMasks<T> additive_masks(const textbook::PreparedMasks<T>& masks, std::si
   return m;
 }
 
-// Step 8: the attention of every batch-head into `pb.out`, and the weights if asked for.
+// Step 8's kernels, one for each way the weights are formed. Which one runs is the API's
+// choice, made with the path (choose_kernel, api/attention_paths.hpp) and passed in: the
+// engine's layer does not see the API's, and the kernel follows from the path chosen there.
+enum class AttentionKernel {
+  flash,                 // memory_efficient: tiles and an online softmax, no weights
+  fast_without_weights,  // fast, need_weights=false: no (L, S') weights written
+  fast_averaged,         // fast, averaged weights, no dropout: the mean formed as the heads go
+  fast_then_averaged,    // fast, averaged weights with dropout: every head's, then the mean
+  fast_per_head          // fast, average_attn_weights=false: every head's weights returned
+};
+
+// Step 8: the attention of every batch-head into `pb.out`, and the weights the kernel forms.
 template <class T>
-std::optional<xt::xarray<T>> attend(const FastCall<T>& c, const AttentionProblem<T>& pb, AttentionPath path,
-                                    const ForwardOptions<T>& opts) {
-  if (path == AttentionPath::memory_efficient) {
-    flash_attention(pb);
-    return std::nullopt;
+std::optional<xt::xarray<T>> attend(const FastCall<T>& c, const AttentionProblem<T>& pb, AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::flash:
+      flash_attention(pb);
+      return std::nullopt;
+    case AttentionKernel::fast_without_weights:
+      fast_attention(pb, static_cast<T*>(nullptr));
+      return std::nullopt;
+    case AttentionKernel::fast_averaged: {
+      // the mean over heads formed as the heads go, (N, L, S'), never the (N*H, L, S') weights
+      auto mean =
+          xt::xarray<T>::from_shape(textbook::weights_shape(pb.N, pb.H, pb.L, pb.S, /*average=*/true, c.g.batched));
+      fast_attention_averaged(pb, mean.data());
+      return mean;
+    }
+    case AttentionKernel::fast_then_averaged: {          // head by head, drawing the dropout in the reference's order
+      T* weights = c.ws.get(pb.N * pb.H * pb.L * pb.S);  // (N*H, L, S')
+      fast_attention(pb, weights);
+      return textbook::output_weights(weights, pb.N, pb.H, pb.L, pb.S, /*average=*/true, c.g.batched);
+    }
+    case AttentionKernel::fast_per_head: {
+      // (N, H, L, S') is the (N*H, L, S') weights in order: the kernels write them in place
+      auto weights =
+          xt::xarray<T>::from_shape(textbook::weights_shape(pb.N, pb.H, pb.L, pb.S, /*average=*/false, c.g.batched));
+      fast_attention(pb, weights.data());
+      return weights;
+    }
   }
-  if (!opts.need_weights) {
-    fast_attention(pb, static_cast<T*>(nullptr));
-    return std::nullopt;
-  }
-  if (opts.average_attn_weights && pb.dropout_p == 0) {
-    // the mean over heads formed as the heads go, (N, L, S'), never the (N*H, L, S') weights
-    auto mean =
-        xt::xarray<T>::from_shape(textbook::weights_shape(pb.N, pb.H, pb.L, pb.S, /*average=*/true, c.g.batched));
-    fast_attention_averaged(pb, mean.data());
-    return mean;
-  }
-  if (opts.average_attn_weights) {                     // with dropout: head by head, drawing in the reference's order
-    T* weights = c.ws.get(pb.N * pb.H * pb.L * pb.S);  // (N*H, L, S')
-    fast_attention(pb, weights);
-    return textbook::output_weights(weights, pb.N, pb.H, pb.L, pb.S, /*average=*/true, c.g.batched);
-  }
-  // (N, H, L, S') is the (N*H, L, S') weights in order: the kernels write them in place
-  auto weights =
-      xt::xarray<T>::from_shape(textbook::weights_shape(pb.N, pb.H, pb.L, pb.S, /*average=*/false, c.g.batched));
-  fast_attention(pb, weights.data());
-  return weights;
+  return std::nullopt;  // every kernel is a case above
 }
 
 // The fast and memory-efficient paths, owning what they keep between calls: W^T for the
@@ -275,11 +290,12 @@ public:
   }
   ~Engine() = default;
 
-  // Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2).
+  // Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2), with
+  // step 8's kernel as the API chose it (choose_kernel, api/attention_paths.hpp).
   Output<T> forward(const Options& options, const textbook::Parameters<T>& params, const xt::xarray<T>& query,
                     const xt::xarray<T>& key, const xt::xarray<T>& value, const Geometry& g,
-                    textbook::PreparedMasks<T> masks, const ForwardOptions<T>& opts, const StaticKV<T>& statics,
-                    AttentionPath path, double dropout_p, Generator& generator) {
+                    textbook::PreparedMasks<T> masks, const StaticKV<T>& statics, AttentionKernel kernel,
+                    double dropout_p, Generator& generator) {
     const Sizes s(options);
     const std::size_t L = g.L, N = g.N, E = s.E;
     const std::size_t S = statics.k ? statics.k.S : g.S;  // the keys' length: static_k's when given
@@ -293,6 +309,7 @@ public:
 
     // 3) in-projection, q scaled by sqrt(1/D) in its buffer as it is written (c.scale_q)
     Projection<T> p = project(c, params, *wt, query, key, value, statics);  // q (L, N, E), k and v (S, N, E)
+    // 5) the heads: no copy, head h of q, k and v is the strided view at column h*D (StridedHeads)
     // 4), 6) bias_k/bias_v and the zero key: k and v copied once into (S', N, E), masks padded
     if (options.add_bias_kv || options.add_zero_attn) extend_keys(c, options, params, statics, p, masks);
     const std::size_t S_total = S + options.add_bias_kv + options.add_zero_attn;  // S'
@@ -316,10 +333,10 @@ public:
                            &ws.scratch,
                            c.threads};
     Output<T> out;
-    out.attn_output_weights = attend(c, pb, path, opts);
+    out.attn_output_weights = attend(c, pb, kernel);  // 10) the weights, in the caller's layout
 
-    // 9) out_proj: one GEMM, (L*N, E) x (E, E) -> (L*N, E), into the returned tensor, whose
-    //    layout is the query's: (L, N, E), (N, L, E) batch_first or (L, E) unbatched
+    // 9), 10) out_proj: one GEMM, (L*N, E) x (E, E) -> (L*N, E), into the returned tensor,
+    //    whose layout is the caller's, the query's: (L, N, E), (N, L, E) batch_first or (L, E) unbatched
     out.attn_output = xt::xarray<T>::from_shape(query.shape());
     const T* bias = params.out_proj_bias ? params.out_proj_bias->data() : nullptr;
     parallel_linear_into(heads, L * N, E, with_packed(c, LinearWeight<T>{wt->out_proj.data(), E, true}, L * N, E, E), E,

@@ -3,7 +3,8 @@
 // Options are the constructor's arguments, ForwardOptions the forward's arguments after
 // query, key and value, Output its return value (attn_output, attn_output_weights).
 // AttentionPath picks which implementation runs a forward: every one gives PyTorch's
-// results (docs/performance.md shows what each costs).
+// results (docs/performance.md shows what each costs); PathRule names the rule that
+// overrides it when it cannot.
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 //
@@ -70,7 +71,31 @@ using StateDict = std::map<std::string, xt::xarray<T>>;
 //                     (engine/flash_attention.hpp); only with need_weights=false, else mha::Error;
 //   automatic         memory_efficient when need_weights=false and a head's (L, S) scores
 //                     exceed 4M entries, fast otherwise. The default.
+// The path asked for runs unless it cannot give PyTorch's results; then one rule overrides
+// it, and PathRule names it. choose_forward_path (api/attention_paths.hpp) applies them in
+// this order, each one `if`, and says which decided (mha::testing::choose_forward_path asks it):
+//   fully_masked_rows_take_the_reference         2.x's SDPA gives a query row that may attend
+//       to no key weight 0 ("safe softmax"); the reference does, the engine's kernels give NaN
+//   records_without_products_take_the_reference  forward_for_backward() with static_k/static_v
+//       or an empty size: nothing for the engine's GEMMs to multiply
+//   records_keep_the_weights                     forward_for_backward() off the reference keeps
+//       the (N*H, L, S') softmax for backward(): fast's GEMMs (engine/training_forward.hpp),
+//       for automatic and memory_efficient too
+//   dropout_replays_take_the_reference           a dropout mask to replay: the engine draws
+//       its own dropout inside its kernels
+// Otherwise the rule is as_requested, or automatic_by_size when automatic was resolved.
+// memory_efficient with need_weights=true is the caller's error (mha::Error), not overridden.
 enum class AttentionPath { automatic, reference, fast, memory_efficient };
+
+// Which rule decided the path of a forward (see AttentionPath).
+enum class PathRule {
+  as_requested,
+  automatic_by_size,
+  fully_masked_rows_take_the_reference,
+  records_without_products_take_the_reference,
+  records_keep_the_weights,
+  dropout_replays_take_the_reference
+};
 
 }  // namespace mha
 
