@@ -1,8 +1,8 @@
 // modules/engine.cppm — the fast paths behind AttentionPath::fast and memory_efficient (internal).
 //
 // All of it in namespace mha::detail (the layer exports one name, mha::testing::lane_sums, for
-// the tests; nothing else): heads as strided views (attention_problem.hpp), the softmax row
-// kernels (softmax_kernels.hpp), every batch-head as two GEMMs (fast_attention.hpp), tiles and
+// the tests; nothing else): heads as strided views (attention_problem.hpp), the softmax of a
+// row, one family for every path (softmax_kernels.hpp), every batch-head as two GEMMs (fast_attention.hpp), tiles and
 // an online softmax (flash_attention.hpp), the fast forward (engine.hpp) and backward
 // (engine_backward.hpp), and forward_for_backward() on the engine (training_forward.hpp), and a
 // KV cache's decoding step (decode_step.hpp) on its own copy of the weights

@@ -40,7 +40,7 @@
 //     gradients.hpp           the backward of each step: linear, softmax, dropout, heads, ...
 //     reference_backward.hpp  the gradients of a forward, steps 10 to 1 in reverse
 //   mha:platform  (platform.cppm, platform/) the machine underneath
-//     cpu.hpp                 what this CPU runs: SSE2, AVX, AVX2 + FMA, AVX-512
+//     cpu.hpp                 what this CPU runs: SSE2, AVX, AVX2 + FMA, AVX-512; every kernel's dispatcher
 //     threads.hpp             set_num_threads: the library's own pool of threads
 //     workspace.hpp           the fast paths' buffers per thread, capped and releasable
 //     blas.hpp                which OpenBLAS kernel runs the GEMMs; use_best_blas_kernel
@@ -49,7 +49,7 @@
 //     linear.hpp              the one GEMM entry point, and y = x W^T + b on it
 //   mha:engine    (engine.cppm, engine/) the fast paths, all in namespace mha::detail
 //     attention_problem.hpp   heads as strided views, masks as given: what the kernels solve
-//     softmax_kernels.hpp     the softmax row kernels and the SIMD level they run at
+//     softmax_kernels.hpp     the engine's one softmax family: weights, exponentials, online
 //     attention_tiles.hpp     a head's two products on AVX-512 registers, k and v copied once
 //     fast_attention.hpp      every batch-head as two GEMMs and one softmax pass
 //     flash_attention.hpp     tiles and an online softmax, the weights never formed

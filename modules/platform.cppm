@@ -1,6 +1,7 @@
 // modules/platform.cppm — the machine underneath: which kernels run, on which threads, in which buffers.
 //
-// The CPU's vector instruction sets (cpu.hpp), which OpenBLAS kernel runs (blas.hpp), oneDNN
+// The CPU's vector instruction sets and the one dispatcher that runs each engine kernel at
+// the best of them (cpu.hpp), which OpenBLAS kernel runs (blas.hpp), oneDNN
 // or OpenBLAS for the float GEMMs (gemm_library.hpp), the library's pool of threads
 // (threads.hpp), the fast paths' buffers (workspace.hpp), a float linear layer on oneDNN's
 // matmul with its weight reordered once (packed_linear.hpp, internal), and the one GEMM entry

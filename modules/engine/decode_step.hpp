@@ -24,7 +24,9 @@
 //
 // The kernels are written once over a SIMD vector of the compiler's (`vector_size`) and
 // compiled for baseline x86-64 (16 bytes), AVX2 + FMA (32) and AVX-512 (64), picked at
-// run time as softmax_kernels.hpp's are. Sums run in another order than the GEMMs of the
+// run time by run_for_this_cpu (platform/cpu.hpp), the dispatcher of every engine kernel;
+// the softmax of a position's scores is the engine's own (masked_softmax_row,
+// softmax_kernels.hpp). Sums run in another order than the GEMMs of the
 // forward's path: results agree with it to the last bits, as two BLAS libraries do.
 //
 // Legend: M = rows of x (L_new * N), E = embed_dim, H = heads, D = head_dim, B = N * H,
@@ -290,7 +292,10 @@ template <class S, std::size_t C, class T>
   } else {
     key_scores<S, C>(q, keys, n, scores);
   }
-  const T sum = masked_exp_row(scores, n, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr));
+  // The causal bound is n: no mask to add. The exponentials, their division left to the D
+  // entries of out.
+  const T sum = masked_softmax_row<RowSoftmax::exponentials>(scores, n, static_cast<const T*>(nullptr),
+                                                             static_cast<const T*>(nullptr));
   if constexpr (C == 0) {
     weighted_values_any(scores, sum, values, n, D, out);
   } else {
@@ -298,18 +303,17 @@ template <class S, std::size_t C, class T>
   }
 }
 
-// The kernels at one vector width, each a static run() for run_at_width below.
-template <std::size_t Bytes>
+// The step's kernels, each a static run<Bytes>() that run_for_this_cpu (platform/cpu.hpp)
+// compiles at each vector width, Bytes = 16, 32, 64: the width of their Simd vectors.
 struct MatvecRows {
-  template <class T>
+  template <std::size_t Bytes, class T>
   [[gnu::always_inline]] static void run(const InterleavedRows<T>* w, const T* x, std::size_t M, const T* bias, T* y,
                                          std::size_t ldy, std::size_t first, std::size_t last) {
     matvec_rows<Simd<T, Bytes>>(*w, x, M, bias, y, ldy, first, last);
   }
 };
-template <std::size_t Bytes>
 struct AttendPosition {
-  template <class T>
+  template <std::size_t Bytes, class T>
   [[gnu::always_inline]] static void run(const T* q, const T* keys, const T* values, std::size_t n, std::size_t D,
                                          T* scores, T* out) {
     using S = Simd<T, Bytes>;
@@ -331,30 +335,10 @@ struct AttendPosition {
   }
 };
 
-// Kernel<Bytes>::run(args...) at the widest vector this CPU runs (or a test allows).
-#if defined(__x86_64__)
-template <template <std::size_t> class Kernel, class... Args>
-[[gnu::target("avx2,fma")]] void run_avx2_width(Args... args) {
-  Kernel<32>::run(args...);
-}
-template <template <std::size_t> class Kernel, class... Args>
-[[gnu::target("avx512f,avx512dq,avx2,fma")]] void run_avx512_width(Args... args) {
-  Kernel<64>::run(args...);
-}
-#endif
-template <template <std::size_t> class Kernel, class... Args>
-void run_at_width(Args... args) {
-#if defined(__x86_64__)
-  if (has_avx512()) return run_avx512_width<Kernel>(args...);
-  if (has_avx2()) return run_avx2_width<Kernel>(args...);
-#endif
-  Kernel<16>::run(args...);
-}
-
 // For mha::testing::lane_sums: the sums of the first `lanes` vectors of `values`, each on its
 // own (Simd::sum) and all at once (Simd::sums).
-template <std::size_t Bytes>
 struct LaneSums {
+  template <std::size_t Bytes>
   static void run(const float* values, std::vector<float>* one_at_a_time, std::vector<float>* at_once) {
     using S = Simd<float, Bytes>;
     typename S::V v[S::lanes], sums;
@@ -467,8 +451,8 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeWeights<T>& 
     for (std::size_t block = 0; block < 3; ++block) {
       const std::size_t first = textbook::qkv_rows(block, E).first;  // the block's columns of [q | k | v]
       T* y = qkv + first;                                            // row m at y + m * 3E
-      run_at_width<MatvecRows>(&weights.in_projection(block), x, M, in_bias ? in_bias + first : nullptr, y, 3 * E, r0,
-                               r1);
+      run_for_this_cpu<MatvecRows>(&weights.in_projection(block), x, M, in_bias ? in_bias + first : nullptr, y, 3 * E,
+                                   r0, r1);
       for (std::size_t m = 0; m < M; ++m) {
         T* row = y + m * 3 * E;
         if (block == 0) {
@@ -489,8 +473,8 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeWeights<T>& 
     const T* values = cache.v + b * cache.capacity * D;
     for (std::size_t i = 0; i < z.L_new; ++i) {
       const std::size_t m = z.row(i, n);
-      run_at_width<AttendPosition>(static_cast<const T*>(qkv + m * 3 * E + h * D), keys, values, cache.t0 + i + 1, D,
-                                   ws.scratch[worker].data(), heads + m * E + h * D);
+      run_for_this_cpu<AttendPosition>(static_cast<const T*>(qkv + m * 3 * E + h * D), keys, values, cache.t0 + i + 1,
+                                       D, ws.scratch[worker].data(), heads + m * E + h * D);
     }
   };
   // 2, shared: the batch-heads of group g not yet taken, as this worker takes them one by one.
@@ -507,7 +491,7 @@ void decode_step(const textbook::Parameters<T>& params, const DecodeWeights<T>& 
   // 3. rows [r0, r1) of out_proj_weight, for every row of the heads.
   auto output_rows = [&](std::size_t run) {
     const auto [r0, r1] = part_of(E, runs, run, InterleavedRows<T>::rows_per_block);
-    run_at_width<MatvecRows>(&weights.out_proj, static_cast<const T*>(heads), M, out_bias, out, E, r0, r1);
+    run_for_this_cpu<MatvecRows>(&weights.out_proj, static_cast<const T*>(heads), M, out_bias, out, E, r0, r1);
   };
 
   parallel_for(output.first + output.tasks, static_cast<int>(workers), [&](std::size_t task, std::size_t worker) {
@@ -544,7 +528,7 @@ export namespace mha::testing {
 std::pair<std::vector<float>, std::vector<float>> lane_sums(const std::vector<float>& values) {
   detail::check(values.size() == 256, "values", "lane_sums takes 16 vectors of 16 floats, 256, got {}", values.size());
   std::pair<std::vector<float>, std::vector<float>> sums;
-  detail::run_at_width<detail::LaneSums>(values.data(), &sums.first, &sums.second);
+  detail::run_for_this_cpu<detail::LaneSums>(values.data(), &sums.first, &sums.second);
   return sums;
 }
 

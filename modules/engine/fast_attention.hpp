@@ -14,7 +14,7 @@
 //   - batch-heads run on the library's threads (platform/threads.hpp); for weights averaged over
 //     heads, blocks of query rows do, each through every head, adding to the mean as it
 //     goes, so that the (N*H, L, S) weights are never formed.
-// The problem's types are in attention_problem.hpp, the row kernels in softmax_kernels.hpp.
+// The problem's types are in attention_problem.hpp, the row kernels (SoftmaxRows) in softmax_kernels.hpp.
 // It mirrors the math branch of torch/nn/functional.py (multi_head_attention_forward)
 // and is not a new algorithm; flash_attention.hpp is the one that never forms P.
 // Internal: forward() picks it through AttentionPath::fast.
@@ -23,42 +23,10 @@
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, b = n*H + h.
 //
 // Included by modules/engine.cppm, in its module purview: no module line of its own.
-// Uses textbook/random.hpp, platform/threads.hpp, platform/linear.hpp, attention_problem.hpp, softmax_kernels.hpp, attention_tiles.hpp.
+// Uses textbook/random.hpp, platform/cpu.hpp, platform/threads.hpp, platform/linear.hpp, attention_problem.hpp,
+// softmax_kernels.hpp, attention_tiles.hpp.
 
 namespace mha::detail {
-
-// Mask + softmax of `rows` rows of one batch-head's scores, starting at query row `first`:
-// the kernel that run_for_this_cpu compiles once per SIMD level.
-struct SoftmaxRows {
-  template <class T>
-  [[gnu::always_inline]] static void run(T* scores, std::size_t first, std::size_t rows, std::size_t S,
-                                         const AdditiveMasks<T>& masks, std::size_t b, std::size_t n) {
-    const T* padding = masks.padding_row(n);
-    for (std::size_t i = 0; i < rows; ++i) masked_softmax_row(scores + i * S, S, masks.attn_row(b, first + i), padding);
-  }
-};
-
-// The same, each row of weights also added to the same row of `total`, (rows, S).
-struct SoftmaxRowsAddedTo {
-  template <class T>
-  [[gnu::always_inline]] static void run(T* scores, std::size_t first, std::size_t rows, std::size_t S,
-                                         const AdditiveMasks<T>& masks, std::size_t b, std::size_t n, T* total) {
-    const T* padding = masks.padding_row(n);
-    for (std::size_t i = 0; i < rows; ++i)
-      masked_softmax_row_added_to(scores + i * S, S, masks.attn_row(b, first + i), padding, total + i * S);
-  }
-};
-
-// The same without the division: each row exponentiated, its sum in sums[i].
-struct ExpRows {
-  template <class T>
-  [[gnu::always_inline]] static void run(T* scores, std::size_t first, std::size_t rows, std::size_t S,
-                                         const AdditiveMasks<T>& masks, std::size_t b, std::size_t n, T* sums) {
-    const T* padding = masks.padding_row(n);
-    for (std::size_t i = 0; i < rows; ++i)
-      sums[i] = masked_exp_row(scores + i * S, S, masks.attn_row(b, first + i), padding);
-  }
-};
 
 // How many query rows a head works on at a time: their (rows, S) scores take at most
 // 4 MiB, so the scratch stays bounded however long the sequences. A block smaller than the
@@ -160,8 +128,9 @@ void attend_block(const AttentionProblem<T>& pb, std::size_t b, std::size_t firs
   // 1) scores = q_h . k_h^T
   block_scores(pb, n, h, first, rows, operands, scores);
   // 2) mask + softmax per row, 3) dropout (training only), row by row as the reference draws
-  if (total) run_for_this_cpu<SoftmaxRowsAddedTo>(scores, first, rows, pb.S, pb.masks, b, n, total);
-  else run_for_this_cpu<SoftmaxRows>(scores, first, rows, pb.S, pb.masks, b, n);
+  if (total)
+    run_for_this_cpu<SoftmaxRows<RowSoftmax::weights_added_to>>(scores, first, rows, pb.S, pb.masks, b, n, total);
+  else run_for_this_cpu<SoftmaxRows<RowSoftmax::weights>>(scores, first, rows, pb.S, pb.masks, b, n);
   if (pb.dropout_p > 0)
     for (std::size_t i = 0; i < rows; ++i) dropout_row(scores + i * pb.S, pb.S, pb.dropout_p, *pb.generator);
   // 4) output_h = P . v_h
@@ -178,7 +147,7 @@ void attend_block_unnormalised(const AttentionProblem<T>& pb, std::size_t b, std
   // 1) scores = q_h . k_h^T
   block_scores(pb, n, h, first, rows, operands, scores);
   // 2) mask + exp per row, the row sums aside
-  run_for_this_cpu<ExpRows>(scores, first, rows, pb.S, pb.masks, b, n, sums);
+  run_for_this_cpu<SoftmaxRows<RowSoftmax::exponentials>>(scores, first, rows, pb.S, pb.masks, b, n, sums);
   // 3) output_h = exp(...) . v_h, 4) each row divided by its sum: times 1 / sum, the
   //    inverses in place of the sums. No keys: P . v is an empty sum, 0, with no sum.
   if (pb.S > 0)

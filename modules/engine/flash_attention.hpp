@@ -15,45 +15,13 @@
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, Tq, Tk = tile sizes.
 //
 // Included by modules/engine.cppm, in its module purview: no module line of its own.
-// Uses textbook/random.hpp, platform/threads.hpp, platform/linear.hpp, textbook/attention.hpp, attention_problem.hpp, softmax_kernels.hpp.
+// Uses textbook/random.hpp, platform/cpu.hpp, platform/threads.hpp, platform/linear.hpp, textbook/attention.hpp,
+// attention_problem.hpp, softmax_kernels.hpp.
 
 namespace mha::detail {
 
 inline constexpr std::size_t query_tile = 128;  // Tq
 inline constexpr std::size_t key_tile = 256;    // Tk: a (Tq, Tk) float tile is 128 KiB, within L2
-
-// The running state of Tq query rows: maximum, sum of exponentials, and (in the output
-// itself, rows of (L, N, E)) the weighted sum of values.
-template <class T>
-struct OnlineSoftmax {
-  std::vector<T> max, sum;  // (Tq) each
-  explicit OnlineSoftmax(std::size_t rows) : max(rows, -std::numeric_limits<T>::infinity()), sum(rows, T(0)) {}
-};
-
-// One row of a score tile meets the running state: the tile's maximum raises m, l and o
-// are rescaled by exp(m_old - m_new), and the row becomes p_j = exp(s_j - m_new) (times
-// the dropout keep/scale). While every score so far is -inf the row stays all zero and m
-// stays -inf; a row that ends so gives 0 / 0 = NaN, as the softmax of an all -inf row.
-template <class T>
-[[gnu::always_inline]] inline void online_softmax_row(T* scores, std::size_t n, T tile_max, T& max, T& sum,
-                                                      T* output_row, std::size_t D, const unsigned char* drop,
-                                                      T keep_scale) {
-  const T new_max = std::max(max, tile_max);
-  if (new_max == -std::numeric_limits<T>::infinity()) {
-    for (std::size_t j = 0; j < n; ++j)
-      if (std::isnan(scores[j])) sum = std::numeric_limits<T>::quiet_NaN();  // NaN scores stay NaN
-    std::fill(scores, scores + n, T(0));
-    return;
-  }
-  const T correction = exp_nonpositive(max - new_max);  // exp(-inf) = 0 on the first live tile
-  sum = sum * correction + exp_and_sum(scores, n, new_max);
-  if (correction != T(1))
-    for (std::size_t d = 0; d < D; ++d) output_row[d] *= correction;
-  max = new_max;
-  // Dropout on the weights p_j / l is dropout on p_j: l is a common factor of the row.
-  if (drop)
-    for (std::size_t j = 0; j < n; ++j) scores[j] = drop[j] ? T(0) : scores[j] * keep_scale;
-}
 
 // A (rows, cols) tile of scores for queries [i0, i0 + rows) and keys [j0, j0 + cols).
 template <class T>
@@ -68,18 +36,18 @@ struct TileRows {
   T keep_scale;
 };
 
-// Mask and online softmax update of every row of a tile: the kernel that
-// run_for_this_cpu (softmax_kernels.hpp) compiles once per SIMD level.
+// Mask and online softmax update of every row of a tile (online_softmax_row, softmax_kernels.hpp):
+// the kernel that run_for_this_cpu (platform/cpu.hpp) compiles once per SIMD level. Its loops
+// are plain ones that the compiler vectorises at that level: the vector width is not needed.
 struct OnlineSoftmaxTile {
-  template <class T>
+  template <std::size_t /*vector bytes*/, class T>
   [[gnu::always_inline]] static void run(const AdditiveMasks<T>& masks, const TileRows<T>& t, OnlineSoftmax<T>& state) {
     for (std::size_t i = 0; i < t.rows; ++i) {
       T* row = t.scores + i * t.cols;
       const T* attn = masks.attn_row(t.b, t.i0 + i);
-      const T tile_max =
-          add_masks_and_max(row, t.cols, attn ? attn + t.j0 : nullptr, t.padding ? t.padding + t.j0 : nullptr);
       const unsigned char* d = t.drop ? t.drop + i * t.S + t.j0 : nullptr;
-      online_softmax_row(row, t.cols, tile_max, state.max[i], state.sum[i], t.output + i * t.ldo, t.D, d, t.keep_scale);
+      online_softmax_row(row, t.cols, attn ? attn + t.j0 : nullptr, t.padding ? t.padding + t.j0 : nullptr,
+                         state.max[i], state.sum[i], t.output + i * t.ldo, t.D, d, t.keep_scale);
     }
   }
 };

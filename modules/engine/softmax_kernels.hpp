@@ -1,16 +1,22 @@
-// modules/engine/softmax_kernels.hpp (internal) — the softmax of one row of scores, fast, and the SIMD
-// level it runs at.
+// modules/engine/softmax_kernels.hpp (internal) — the engine's softmax of a row of scores, every variant
+// of it, fast.
 //
 // The same mathematics as softmax_last_dim in textbook/attention.hpp, arranged for speed: the mask add
 // and the row maximum are one pass, exp and the sum a second, the normalisation a third,
 // each written so that the compiler vectorises it. exp is Cephes' expf, inlined, because a
-// library call per element would not vectorise. The kernels are compiled three times, for
-// baseline x86-64 (SSE2, 4 floats a vector), AVX2 + FMA (8) and AVX-512 (16), and
-// run_for_this_cpu() picks one at run time (platform/cpu.hpp): the library stays buildable and
-// runnable on any x86-64.
+// library call per element would not vectorise. One family serves every path of the
+// engine, its variants compile-time parameters: the weights (RowSoftmax::weights), the same
+// added to a mean over heads (weights_added_to), the exponentials left for the caller to
+// divide (exponentials: fast_attention.hpp without weights, decode_step.hpp), and the
+// online softmax of flash_attention.hpp, a tile of keys at a time (online_softmax_row). This
+// file is the only one that calls the exp core (exp_nonpositive, exp_and_sum) and the mask
+// pass (add_masks_and_max): tests/kernel_homes_test.py keeps it so. The kernels are compiled
+// three times, for baseline x86-64 (SSE2, 4 floats a vector), AVX2 + FMA (8) and AVX-512
+// (16), and run_for_this_cpu() (platform/cpu.hpp) picks one at run time: the library stays
+// buildable and runnable on any x86-64.
 //
 // Included by modules/engine.cppm, in its module purview: no module line of its own.
-// Uses platform/cpu.hpp, textbook/random.hpp, textbook/attention.hpp.
+// Uses textbook/random.hpp, textbook/attention.hpp, attention_problem.hpp.
 
 namespace mha::detail {
 
@@ -97,40 +103,102 @@ template <class T>
   return sum;
 }
 
-// Mask add and exp of one row of scores, in place, without the division: row[j] =
-// exp(row[j] + mask[j] - max), returning the row's sum, by which the caller divides where
-// it is cheapest (masked_softmax_row divides the row; fast_attention.hpp the row of P . v).
-// A row whose every score is -inf gives NaN, as torch.softmax: -inf - (-inf) = NaN.
-template <class T>
-[[gnu::always_inline]] inline T masked_exp_row(T* row, std::size_t n, const T* attn, const T* padding) {
+// The family: the mask add and softmax of one row, in place, each variant a compile-time
+// parameter, so that every caller's row loop is the same three passes above, and no
+// variant costs a branch inside them. What a row leaves:
+enum class RowSoftmax {
+  weights,           // softmax(row + mask): the row divided by its sum
+  weights_added_to,  // the same, each weight also added to total[j]: the running sum over heads
+                     // of the weights averaged over heads (fast_attention.hpp), in the pass that
+                     // writes them
+  exponentials,      // exp(row + mask - max) without the division, by which the caller divides
+                     // where it is cheapest (fast_attention.hpp and decode_step.hpp: the D
+                     // entries of the row of P . v, not the S of P)
+};
+
+// The softmax of one row of scores, masks added (PyTorch's merged mask, either part
+// optional), numerically stable, in place; returns the row's sum of exponentials. total:
+// (n), for weights_added_to only. A row whose every score is -inf gives NaN, as
+// torch.softmax: -inf - (-inf) = NaN.
+template <RowSoftmax kind, class T>
+[[gnu::always_inline]] inline T masked_softmax_row(T* row, std::size_t n, const T* attn, const T* padding,
+                                                   T* total = nullptr) {
   const T max = add_masks_and_max(row, n, attn, padding);
-  return exp_and_sum(row, n, max);
-}
-
-// Mask add and softmax of one row of scores, numerically stable, in place.
-template <class T>
-[[gnu::always_inline]] inline void masked_softmax_row(T* row, std::size_t n, const T* attn, const T* padding) {
-  const T sum = masked_exp_row(row, n, attn, padding);
-  // One division a row, then S multiplications: x * (1/sum) differs from x / sum by at most
-  // a rounding of 1/sum.
-  const T inverse = T(1) / sum;
+  const T sum = exp_and_sum(row, n, max);
+  if constexpr (kind != RowSoftmax::exponentials) {
+    // One division a row, then S multiplications: x * (1/sum) differs from x / sum by at
+    // most a rounding of 1/sum.
+    const T inverse = T(1) / sum;
 #pragma clang loop vectorize(enable) interleave_count(1)
-  for (std::size_t j = 0; j < n; ++j) row[j] *= inverse;
-}
-
-// masked_softmax_row, each weight also added to total[j]: the running sum over heads of
-// the weights averaged over heads (fast_attention.hpp), in the pass that writes them.
-template <class T>
-[[gnu::always_inline]] inline void masked_softmax_row_added_to(T* row, std::size_t n, const T* attn, const T* padding,
-                                                               T* total) {
-  const T sum = masked_exp_row(row, n, attn, padding);
-  const T inverse = T(1) / sum;
-#pragma clang loop vectorize(enable) interleave_count(1)
-  for (std::size_t j = 0; j < n; ++j) {
-    row[j] *= inverse;
-    total[j] += row[j];
+    for (std::size_t j = 0; j < n; ++j) {
+      row[j] *= inverse;
+      if constexpr (kind == RowSoftmax::weights_added_to) total[j] += row[j];
+    }
   }
+  return sum;
 }
+
+// The online softmax (flash_attention.hpp): softmax(s) . v over keys that come a tile at a
+// time, each row keeping only its running maximum m, sum l = sum_j exp(s_j - m) and
+// weighted sum o = sum_j exp(s_j - m) v_j over the keys seen so far. The running m and l of
+// `rows` query rows (o is in the output itself):
+template <class T>
+struct OnlineSoftmax {
+  std::vector<T> max, sum;  // (rows) each
+  explicit OnlineSoftmax(std::size_t rows) : max(rows, -std::numeric_limits<T>::infinity()), sum(rows, T(0)) {}
+};
+
+// One row of a tile of scores meets its running max and sum: masks added, the tile's
+// maximum raises m, l and o (output_row, D) are rescaled by exp(m_old - m_new), and the row
+// becomes p_j = exp(s_j - m_new) (times the dropout keep/scale, drop giving the row's keep
+// decisions, or none). o is the attention's, but rescaling it here keeps the update one
+// pass, as it was measured. While every score so far is -inf the row stays all zero and m
+// stays -inf; a row that ends so gives 0 / 0 = NaN, as the softmax of an all -inf row.
+template <class T>
+[[gnu::always_inline]] inline void online_softmax_row(T* row, std::size_t n, const T* attn, const T* padding, T& max,
+                                                      T& sum, T* output_row, std::size_t D, const unsigned char* drop,
+                                                      T keep_scale) {
+  const T tile_max = add_masks_and_max(row, n, attn, padding);
+  const T new_max = std::max(max, tile_max);
+  if (new_max == -std::numeric_limits<T>::infinity()) {
+    for (std::size_t j = 0; j < n; ++j)
+      if (std::isnan(row[j])) sum = std::numeric_limits<T>::quiet_NaN();  // NaN scores stay NaN
+    std::fill(row, row + n, T(0));
+    return;
+  }
+  const T correction = exp_nonpositive(max - new_max);  // exp(-inf) = 0 on the first live tile
+  sum = sum * correction + exp_and_sum(row, n, new_max);
+  if (correction != T(1))
+    for (std::size_t d = 0; d < D; ++d) output_row[d] *= correction;
+  max = new_max;
+  // Dropout on the weights p_j / l is dropout on p_j: l is a common factor of the row.
+  if (drop)
+    for (std::size_t j = 0; j < n; ++j) row[j] = drop[j] ? T(0) : row[j] * keep_scale;
+}
+
+// The softmax of `rows` rows of one batch-head's scores (rows, S), from query row `first`,
+// each row as masked_softmax_row<kind>: the kernel that run_for_this_cpu (platform/cpu.hpp)
+// compiles once per SIMD level. Its loops are plain ones that the compiler vectorises at
+// the level it is compiled for: the vector width is not needed. per_row: for
+// weights_added_to the rows of the total, (rows, S); for exponentials the rows' sums,
+// (rows); for weights nothing.
+template <RowSoftmax kind>
+struct SoftmaxRows {
+  template <std::size_t /*vector bytes*/, class T>
+  [[gnu::always_inline]] static void run(T* scores, std::size_t first, std::size_t rows, std::size_t S,
+                                         const AdditiveMasks<T>& masks, std::size_t b, std::size_t n,
+                                         T* per_row = nullptr) {
+    const T* padding = masks.padding_row(n);
+    for (std::size_t i = 0; i < rows; ++i) {
+      T* row = scores + i * S;
+      const T* attn = masks.attn_row(b, first + i);
+      if constexpr (kind == RowSoftmax::exponentials) per_row[i] = masked_softmax_row<kind>(row, S, attn, padding);
+      else if constexpr (kind == RowSoftmax::weights_added_to)
+        masked_softmax_row<kind>(row, S, attn, padding, per_row + i * S);
+      else masked_softmax_row<kind>(row, S, attn, padding);
+    }
+  }
+};
 
 // Dropout on one row of weights, drawing in the reference's order (row by row), with
 // the reference's keep scale (dropout_scale in textbook/attention.hpp).
@@ -139,29 +207,6 @@ void dropout_row(T* row, std::size_t n, double p, Generator& generator) {
   const T scale = textbook::dropout_scale<T>(p);
   // Multiplied by 0 or 1 / (1 - p), as PyTorch's dropout does: a dropped NaN stays NaN.
   for (std::size_t j = 0; j < n; ++j) row[j] *= generator.bernoulli(p) ? T(0) : scale;
-}
-
-// Kernel::run(args...) compiled for AVX2 + FMA, and for AVX-512: Kernel::run and what it
-// calls are always_inline, so their loops are generated with the caller's instruction set.
-#if defined(__x86_64__)
-template <class Kernel, class... Args>
-[[gnu::target("avx2,fma")]] void run_avx2(Args&&... args) {
-  Kernel::run(std::forward<Args>(args)...);
-}
-template <class Kernel, class... Args>
-[[gnu::target("avx512f,avx512dq,avx2,fma")]] void run_avx512(Args&&... args) {
-  Kernel::run(std::forward<Args>(args)...);
-}
-#endif
-
-// Kernel::run(args...) at the best SIMD level this CPU runs (or a test allows, platform/cpu.hpp).
-template <class Kernel, class... Args>
-void run_for_this_cpu(Args&&... args) {
-#if defined(__x86_64__)
-  if (has_avx512()) return run_avx512<Kernel>(std::forward<Args>(args)...);
-  if (has_avx2()) return run_avx2<Kernel>(std::forward<Args>(args)...);
-#endif
-  Kernel::run(std::forward<Args>(args)...);
 }
 
 }  // namespace mha::detail

@@ -22,7 +22,7 @@
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, b = n*H + h.
 //
 // Included by modules/engine.cppm, in its module purview: no module line of its own.
-// Uses textbook/random.hpp, platform/threads.hpp, platform/workspace.hpp, textbook/options.hpp, textbook/parameters.hpp, textbook/inputs.hpp, textbook/masks.hpp, textbook/attention.hpp, platform/linear.hpp, attention_problem.hpp, softmax_kernels.hpp, fast_attention.hpp, textbook/reference_forward.hpp, mha:engine.
+// Uses textbook/random.hpp, platform/threads.hpp, platform/workspace.hpp, textbook/options.hpp, textbook/parameters.hpp, textbook/inputs.hpp, textbook/masks.hpp, textbook/attention.hpp, platform/linear.hpp, platform/cpu.hpp, attention_problem.hpp, softmax_kernels.hpp, textbook/reference_forward.hpp, mha:engine.
 
 namespace mha::detail {
 
@@ -67,7 +67,7 @@ void head_forward(SavedForward<T>& s, const StridedHeads<const T>& q_scaled, con
   // (L, D) x (D, S') -> (L, S')
   gemm<T>(/*trans_a=*/false, /*trans_b=*/true, L, S, D, T(1), q_scaled.head(n, h, D), q_scaled.row_stride,
           s.kh.data() + b * S * D, D, /*beta=*/T(0), p, S);
-  run_for_this_cpu<SoftmaxRows>(p, std::size_t{0}, L, S, masks, b, n);
+  run_for_this_cpu<SoftmaxRows<RowSoftmax::weights>>(p, std::size_t{0}, L, S, masks, b, n);
   const T* weights = p;
   if (s.dropout_mask) {
     T* dropped = s.weights.data() + b * LS;
