@@ -283,7 +283,7 @@ public:
   }
   Engine& operator=(const Engine& other) {
     if (this != &other) {
-      const std::scoped_lock lock(mutex_, other.mutex_);
+      const std::scoped_lock<std::mutex, std::mutex> lock(mutex_, other.mutex_);
       transposed_ = other.transposed_, decode_weights_ = other.decode_weights_;
     }
     return *this;

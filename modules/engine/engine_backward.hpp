@@ -304,8 +304,9 @@ textbook::Gradients<T> fast_backward(const Options& options, const textbook::Par
   const std::size_t width = one_linear ? 3 * E : E;
   T* dq = ws.get(L * N * width);
   // (an empty L or batch gets no storage: dq is null, and so are the columns beside it)
-  T* dk = one_linear ? (dq ? dq + E : nullptr) : ws.get(S_keys * N * E);
-  T* dv = one_linear ? (dq ? dq + 2 * E : nullptr) : ws.get(S_keys * N * E);
+  // [dq | dk | dv]: k's and v's columns are their rows of in_proj_weight (qkv_rows)
+  T* dk = one_linear ? (dq ? dq + textbook::qkv_rows(1, E).first : nullptr) : ws.get(S_keys * N * E);
+  T* dv = one_linear ? (dq ? dq + textbook::qkv_rows(2, E).first : nullptr) : ws.get(S_keys * N * E);
   // An empty L, S' or batch leaves zeros: no product to take, no data to point into.
   const bool products = L > 0 && S_total > 0 && B > 0;
   if (!products) {

@@ -112,14 +112,14 @@ public:
 
   void run(ParallelJob& job) {
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       start_threads(job.workers - 1);
       open_.push_back(&job);
       posted_.store(open_.size(), std::memory_order_relaxed);
     }
     wake_.notify_all();
     job.work(0);
-    std::unique_lock lock(mutex_, std::defer_lock);
+    std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
     lock_spinning(lock);
     close(job);  // no thread joins it from now on
     if (--job.working == 0) return;
@@ -132,7 +132,7 @@ public:
   ThreadPool& operator=(const ThreadPool&) = delete;
   ~ThreadPool() {
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
     }
     wake_.notify_all();
@@ -183,11 +183,11 @@ private:
   void wait_for_helpers(ParallelJob& job) {
     auto finished = [&] { return job.working.load(std::memory_order_acquire) == 0; };
     if (spin_until(finished)) return;
-    std::unique_lock lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, finished);
   }
   void serve() {
-    std::unique_lock lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       if (open_.empty() && !stopping_) {  // spin a while first: the next job often comes soon
         lock.unlock();

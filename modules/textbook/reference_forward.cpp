@@ -11,6 +11,10 @@ module;
 
 module mha.textbook;
 
+// mha.core once more, as the interface imports it: clang 16 does not give an implementation
+// unit what its interface imports (clang 19 does), and these bodies call shape_string.
+import mha.core;
+
 namespace mha::textbook {
 
 template <class T>
