@@ -510,7 +510,7 @@ int gradebook(const fs::path& submissions, const fs::path& build, Settings s, in
         rows = {{t.student, t.lab ? t.lab->number : "npy", "-", 0, 0, "not graded", e.what(), 0, 0}};
       }
       {
-        const std::lock_guard lock(print);
+        const std::lock_guard<std::mutex> lock(print);
         for (const auto& r : rows)
           fmt::print("{}: lab {} {}: {} {}/{}\n", t.student, r.lab, r.part, r.verdict, r.passed, r.total);
         std::fflush(stdout);
