@@ -8,7 +8,7 @@
 // docs/01-worked-example.md does the first rows by hand.
 //
 // Legend: L = target length, S = source length (= L), E = embed_dim, H = heads, D = E / H.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 
 #include "tutorial.hpp"
 
@@ -75,8 +75,8 @@ std::pair<Matrix, xt::xtensor<double, 1>> block(const Matrix& W, const xt::xtens
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app{"Tutorial 01: a worked example, every intermediate printed"};
-  CLI11_PARSE(app, argc, argv);
+  tutorial::Arguments arguments{"Tutorial 01: a worked example, every intermediate printed"};
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
   tutorial::title("01", "a worked example",
                   "Demonstrates: the whole forward on small integers, every intermediate printed,\n"

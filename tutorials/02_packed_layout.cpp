@@ -10,7 +10,7 @@
 // and query W_q^T + b_q must give PyTorch's own q. The state_dict keys come out too.
 //
 // Legend: E = embed_dim, H = heads, L = target length, N = batch.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 #include <xtensor/xbuilder.hpp>
 #include <xtensor/xmath.hpp>
 #include <xtensor/xsort.hpp>
@@ -42,10 +42,10 @@ void print_packed(const xt::xtensor<double, 2>& w) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app{"Tutorial 02: the packed layout of in_proj_weight"};
+  tutorial::Arguments arguments{"Tutorial 02: the packed layout of in_proj_weight"};
   std::string case_name = "self_seqfirst_f32";
-  app.add_option("--case", case_name, "golden case (packed, float32) to split");
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--case", case_name, "golden case (packed, float32) to split");
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("02", "the packed layout",

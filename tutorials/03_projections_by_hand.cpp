@@ -8,7 +8,7 @@
 //   - x W without the transpose does not match either (W_q is square, so it even runs).
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 
 #include "tutorial.hpp"
 
@@ -109,10 +109,10 @@ int run(const std::string& case_name) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app{"Tutorial 03: the in-projection by hand"};
+  tutorial::Arguments arguments{"Tutorial 03: the in-projection by hand"};
   std::string case_name = "cross_seqfirst_f32";
-  app.add_option("--case", case_name, "golden case (packed, no expected error) to compare with");
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--case", case_name, "golden case (packed, no expected error) to compare with");
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("03", "projections by hand",

@@ -15,7 +15,7 @@
 // where every row is such a row, the program says so and checks the output is unchanged.
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 
 #include "tutorial.hpp"
 
@@ -165,10 +165,10 @@ int run(const std::string& case_name) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app{"Tutorial 04: verifying the in_proj_weight split"};
+  tutorial::Arguments arguments{"Tutorial 04: verifying the in_proj_weight split"};
   std::string case_name = "self_seqfirst_f32";
-  app.add_option("--case", case_name, "golden case (packed, need_weights, no expected error) to verify against");
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--case", case_name, "golden case (packed, need_weights, no expected error) to verify against");
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("04", "the right way to verify the split",

@@ -12,7 +12,7 @@
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
 // D = head_dim, B = N*H.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 
 #include "tutorial.hpp"
 
@@ -140,12 +140,12 @@ int run(const std::string& case_name, std::size_t H) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app{"Tutorial 05: heads, step by step"};
+  tutorial::Arguments arguments{"Tutorial 05: heads, step by step"};
   std::string case_name = "attn_mask_float_2d_f32";
   std::size_t heads = 0;
-  app.add_option("--case", case_name, "golden case (batched, no add_bias_kv / add_zero_attn, no dropout)");
-  app.add_option("--heads", heads, "split into this many heads instead of the case's (an exercise)");
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--case", case_name, "golden case (batched, no add_bias_kv / add_zero_attn, no dropout)");
+  arguments.option("--heads", heads, "split into this many heads instead of the case's (an exercise)");
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("05", "heads, step by step",

@@ -10,7 +10,7 @@
 // key that no mask covers, so such a row attends to it alone and stays finite.
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 
 #include "tutorial.hpp"
 
@@ -43,10 +43,10 @@ mha::Output<float> run_and_check(tutorial::Verdict& verdict, const mha::Case<flo
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app{"Tutorial 09: masks"};
+  tutorial::Arguments arguments{"Tutorial 09: masks"};
   std::size_t L = 4;
-  app.add_option("--causal", L, "size of the causal mask printed in step 1")->check(CLI::Range(1, 10));
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--causal", L, "size of the causal mask printed in step 1", /*min=*/1, /*max=*/10);
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("09", "masks",

@@ -11,7 +11,7 @@
 // against PyTorch.
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 
 #include "tutorial.hpp"
 
@@ -34,10 +34,10 @@ void check_forward(tutorial::Verdict& verdict, std::string_view form, mha::Multi
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app{"Tutorial 10: kdim, vdim and the separate projections"};
+  tutorial::Arguments arguments{"Tutorial 10: kdim, vdim and the separate projections"};
   std::string case_name = "cross_kdim_vdim_seqfirst_f32";
-  app.add_option("--case", case_name, "golden case with kdim or vdim != E (float32)");
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--case", case_name, "golden case with kdim or vdim != E (float32)");
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("10", "kdim/vdim and the separate projections",

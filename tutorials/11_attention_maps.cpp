@@ -13,7 +13,7 @@
 // the numbers are checked against PyTorch's first.
 //
 // Legend: L = target length, S = source length, N = batch, H = heads.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 
 #include <array>
 #include <string>
@@ -159,14 +159,14 @@ void heatmap(const xt::xarray<double>& map, const xt::xarray<bool>& masked, std:
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app{"Tutorial 11: attention maps as PNG heatmaps"};
+  tutorial::Arguments arguments{"Tutorial 11: attention maps as PNG heatmaps"};
   std::string case_name = "is_causal_batchfirst_key_padding_mask_f64";
   std::filesystem::path out_dir = "attention-maps";  // in the folder the program runs from
   std::size_t n = 1;
-  app.add_option("--case", case_name, "golden case (float64, batched, need_weights)");
-  app.add_option("--out", out_dir, "folder for the PNG files (default: attention-maps/ in the current folder)");
-  app.add_option("--batch", n, "which batch entry to draw");
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--case", case_name, "golden case (float64, batched, need_weights)");
+  arguments.option("--out", out_dir, "folder for the PNG files (default: attention-maps/ in the current folder)");
+  arguments.option("--batch", n, "which batch entry to draw");
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("11", "attention maps as pictures",

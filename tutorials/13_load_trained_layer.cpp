@@ -17,7 +17,7 @@
 // [--num-heads H --run].
 //
 // Legend: L = sequence length, N = batch, E = embed_dim (d_model), H = heads.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 
 #include "third_party.hpp"  // nlohmann/json among them, configured as the library has it
 
@@ -28,12 +28,12 @@
 import mha.io;
 
 int main(int argc, char** argv) try {
-  CLI::App app{"Tutorial 13: load a trained layer and split it"};
+  tutorial::Arguments arguments{"Tutorial 13: load a trained layer and split it"};
   std::string folder = "golden/weights/transformer_encoder";
   std::string prefix = "layers.0.self_attn.";
-  app.add_option("--folder", folder, "folder with model.safetensors, model.json, src.npy and PyTorch's output");
-  app.add_option("--prefix", prefix, "key prefix of the layer to load");
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--folder", folder, "folder with model.safetensors, model.json, src.npy and PyTorch's output");
+  arguments.option("--prefix", prefix, "key prefix of the layer to load");
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("13", "load a trained layer and split it",

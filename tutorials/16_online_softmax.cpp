@@ -14,7 +14,7 @@
 //
 // Legend: S = source length (keys), D = head_dim, L = target length, N = batch,
 // E = embed_dim, H = heads.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 
 #include "tutorial.hpp"
 
@@ -92,13 +92,12 @@ void check_case(tutorial::Verdict& verdict, const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app{"Tutorial 16: the online softmax"};
+  tutorial::Arguments arguments{"Tutorial 16: the online softmax"};
   std::size_t tile = 3;
   // Every size from 1 up is right. Step 3's mistake shows only up to 6: the row's maximum
   // is key 6, and from 7 on it is in the first tile, so no later tile raises it.
-  app.add_option("--tile", tile, "keys per tile in steps 2 and 3 (1 or more)")
-      ->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()));
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--tile", tile, "keys per tile in steps 2 and 3 (1 or more)", /*min=*/1);
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("16", "the online softmax",

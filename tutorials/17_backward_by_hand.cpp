@@ -18,7 +18,7 @@
 // Legend: L = target length, S = source length, S' = S with bias_k and the zero key,
 // N = batch, E = embed_dim, H = heads, D = E / H, B = N*H; Z = the scores, P = softmax(Z),
 // P' = P after dropout, O = P' v per head.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 
 #include "tutorial.hpp"
 
@@ -234,10 +234,10 @@ int run(const std::string& case_name) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app("Tutorial 17: the backward pass by hand, checked against PyTorch's autograd");
+  tutorial::Arguments arguments{"Tutorial 17: the backward pass by hand, checked against PyTorch's autograd"};
   std::string case_name = "backward_cross_unbatched_f64";
-  app.add_option("--case", case_name, "a backward golden case (format 2: backward_*)");
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--case", case_name, "a backward golden case (format 2: backward_*)");
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("17", "the backward pass by hand",

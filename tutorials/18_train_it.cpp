@@ -19,7 +19,7 @@
 // loss curve.
 //
 // Legend: V = vocabulary, L = sequence length, N = batch, E = embed_dim, H = heads.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xsort.hpp>
 
@@ -368,10 +368,10 @@ void loss_curve(const std::vector<T>& losses, const xt::xarray<T>& pytorch, cons
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app{"Tutorial 18: train a model built on the module, step for step as PyTorch"};
+  tutorial::Arguments arguments{"Tutorial 18: train a model built on the module, step for step as PyTorch"};
   std::filesystem::path out_dir = "train-it";  // in the folder the program runs from
-  app.add_option("--out", out_dir, "folder for loss.png, the loss curve (default: train-it/ in the current folder)");
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--out", out_dir, "folder for loss.png, the loss curve (default: train-it/ in the current folder)");
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("18", "train it",

@@ -12,7 +12,7 @@
 //
 // Legend: T = tokens decoded, t = tokens cached, N = batch, E = embed_dim, H = heads,
 // D = head_dim = E / H, kdim/vdim = the encoder's feature sizes.
-#include <CLI/CLI.hpp>
+#include "arguments.hpp"
 
 #include "tutorial.hpp"
 
@@ -36,10 +36,10 @@ const xt::xarray<double>* argument(const mha::Case<double>& c, const std::string
 }  // namespace
 
 int main(int argc, char** argv) try {
-  CLI::App app{"Tutorial 19: decoding one token at a time, and cross-attention"};
+  tutorial::Arguments arguments{"Tutorial 19: decoding one token at a time, and cross-attention"};
   std::size_t tokens = 6;
-  app.add_option("--tokens", tokens, "tokens to decode in step 2")->check(CLI::Range(1, 64));
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--tokens", tokens, "tokens to decode in step 2", /*min=*/1, /*max=*/64);
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   tutorial::title("19", "decoding one token at a time",
