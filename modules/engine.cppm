@@ -10,7 +10,7 @@
 //
 // One module unit per layer, each file one idea: docs/building.md says why.
 module;
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 #if defined(__x86_64__)
 #include <immintrin.h>  // attention_tiles.hpp: AVX-512 intrinsics, in functions compiled for it
 #endif

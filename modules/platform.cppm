@@ -9,7 +9,7 @@
 //
 // One module unit per layer, each file one idea: docs/building.md says why.
 module;
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 #if MHA_ONEDNN
 #include <dnnl.h>    // gemm_library.hpp
 #include <dnnl.hpp>  // packed_linear.hpp

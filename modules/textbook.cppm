@@ -20,7 +20,7 @@
 //
 // One module unit per layer, each file one idea: docs/building.md says why.
 module;
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 export module mha.textbook;
 

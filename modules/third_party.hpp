@@ -5,16 +5,10 @@
 // false ODR mismatches (in libstdc++'s <compare>) when their fragments include the
 // same headers in different orders; one shared list keeps them identical.
 //
-// The list is cut in three (third_party_core.hpp, third_party_json.hpp, then the rest
+// The list is cut in three (third_party_core.hpp, third_party_xtensor.hpp, then the rest
 // here), each including the one before; a unit that needs less includes less.
 #pragma once
 
-#include "third_party_json.hpp"
+#include "third_party_xtensor.hpp"
 
-#include <xtensor/xarray.hpp>
-#include <xtensor/xmanipulation.hpp>
-#include <xtensor/xreducer.hpp>
-#include <xtensor/xtensor.hpp>
-#include <xtensor/xstrided_view.hpp>
-#include <xtensor/xview.hpp>
-#include <xtensor-blas/xblas.hpp>
+#include <nlohmann/json.hpp>

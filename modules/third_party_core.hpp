@@ -1,5 +1,5 @@
 // The standard headers and fmt: the global module fragment of every mha module unit that
-// needs neither nlohmann_json nor xtensor, and the first part of the two files that add them.
+// needs neither xtensor nor nlohmann_json, and the first part of the two files that add them.
 //
 // Three files, each the one before with more headers after it, so that every unit's
 // fragment is a prefix of one fixed list (see third_party.hpp for why the order is fixed).
@@ -8,9 +8,9 @@
 // xtensor in its fragment compiles in less than half the time (the .npy dtypes' unit, when
 // each file was a partition of its own: 18 s instead of 45; a whole Release build on 2
 // cores: 1207 s instead of 1525).
-//   third_party_core.hpp   the standard library and fmt
-//   third_party_json.hpp   ... and nlohmann_json
-//   third_party.hpp        ... and xtensor, xtensor-blas: the whole list
+//   third_party_core.hpp    the standard library and fmt
+//   third_party_xtensor.hpp ... and xtensor, xtensor-blas
+//   third_party.hpp         ... and nlohmann_json: the whole list
 #pragma once
 
 #include <algorithm>

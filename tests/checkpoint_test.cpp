@@ -7,6 +7,7 @@
 // folder, with values given in the test.
 //
 // Legend: E = embed_dim.
+#include "third_party.hpp"  // nlohmann_json too, which support.hpp leaves out
 #include "support.hpp"
 
 #include <string>

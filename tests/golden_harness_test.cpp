@@ -1,4 +1,5 @@
 // tests/golden_harness_test.cpp — the golden-case harness of mha.golden (modules/golden/): case.json read strictly, a malformed case a FAIL.
+#include "third_party.hpp"  // nlohmann_json too, which support.hpp leaves out
 #include "support.hpp"
 
 #include <fstream>

@@ -14,9 +14,9 @@ exports, the module and the functional form among it (the engine's internals sta
 reach, as they are not exported). A textbook file may #include another layer's files into
 the textbook's purview. This test keeps those doors shut: it reads the import and #include
 lines (comments left out) of
-  modules/textbook.cppm     imports mha.core alone; includes third_party.hpp and textbook/*.hpp;
+  modules/textbook.cppm     imports mha.core alone; includes third_party_xtensor.hpp and textbook/*.hpp;
   modules/textbook/*.cpp    `module mha.textbook;`, imports mha.core alone (as the interface
-                            does: clang 16 needs it said); includes third_party.hpp alone;
+                            does: clang 16 needs it said); includes third_party_xtensor.hpp alone;
   modules/textbook/*.hpp    no module line, no import, no #include (textbook.cppm includes
                             them, in its purview, each after those it uses).
 
@@ -28,7 +28,7 @@ import re
 import sys
 from pathlib import Path
 
-GMF_HEADER = "third_party.hpp"  # the global module fragment's headers, the same in every unit
+GMF_HEADER = "third_party_xtensor.hpp"  # the textbook units' global module fragment: tensors, no JSON
 
 
 def code_only(text):

@@ -7,6 +7,7 @@
 // passes when (1) it gives back PyTorch's parameters exactly (it only moves numbers),
 // (2) the module loaded with them reproduces PyTorch's output, and (3) converting back
 // gives the layout's tensors again.
+#include "third_party.hpp"  // nlohmann_json too, which support.hpp leaves out
 #include "support.hpp"
 
 #include <string>

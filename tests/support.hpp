@@ -3,7 +3,7 @@
 // and a small module's sizes for the tests of bad input.
 #pragma once
 
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 #include "catch2.hpp"  // Catch2 v2 or v3, spelled as v3
 

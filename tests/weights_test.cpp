@@ -5,6 +5,7 @@
 // self-attention output next to it), and one set of values stored as F32, F64, F16 and
 // BF16 with PyTorch's own widening of the half types. The corrupt files of the error
 // tests are written here, into a temporary folder, one defect each.
+#include "third_party.hpp"  // nlohmann_json too, which support.hpp leaves out
 #include "support.hpp"
 
 #include <string>

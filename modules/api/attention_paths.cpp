@@ -6,7 +6,7 @@
 // Legend: L = target length, S = source length (static_k's when given), S' = S with bias_k
 // and the zero key, N = batch, H = heads, D = head_dim.
 module;
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 module mha;
 

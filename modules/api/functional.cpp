@@ -8,7 +8,7 @@
 // Legend: L = target length, S = source length (static_k's when given), N = batch,
 // E = embed_dim, H = heads, D = head_dim = E / H, B = N*H, Ek = kdim, Ev = vdim.
 module;
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 module mha;
 

@@ -4,7 +4,7 @@
 // again in full, compiled here once for float and once for double. multihead_attention.hpp
 // declares them `extern template` after the class.
 module;
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 module mha;
 

@@ -8,7 +8,7 @@
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads,
 // D = head_dim, B = N*H.
 module;
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 module mha.textbook;
 

@@ -6,7 +6,7 @@
 //
 // Legend: L = target length, S = source length, N = batch, H = heads, B = N*H.
 module;
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 module mha.textbook;
 

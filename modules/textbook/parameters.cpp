@@ -5,7 +5,7 @@
 // its counter. Not PyTorch's: a module's weights there are tensors with their own version
 // counters (torch.Tensor._version), which the engine's cache of W^T stands in for.
 module;
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 module mha.textbook;
 

@@ -7,7 +7,7 @@
 // Legend: L = target length, S = source length, S' = S with bias_k and the zero key,
 // N = batch, E = embed_dim, H = heads, D = head_dim = E / H.
 module;
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 module mha.textbook;
 

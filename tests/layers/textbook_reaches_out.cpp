@@ -9,7 +9,7 @@
 // platform, the engine or the API" passes only on the compiler's error for each, by name
 // (tests/CMakeLists.txt). Nothing else builds it: its target is EXCLUDE_FROM_ALL.
 module;
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 module mha.textbook;
 
