@@ -19,7 +19,7 @@
 // Legend: E = embed_dim (d_model), F = dim_feedforward = 4E.
 #include <CLI/CLI.hpp>
 
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>

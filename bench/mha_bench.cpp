@@ -27,7 +27,7 @@
 // OpenBLAS's and, where the build has it, oneDNN's, each on the library's thread count.
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 #include <algorithm>
 #include <array>

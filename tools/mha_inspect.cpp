@@ -13,7 +13,7 @@
 // listing reads no tensor data, and --split and --run read the one layer's tensors.
 #include <CLI/CLI.hpp>
 
-#include "third_party.hpp"
+#include "third_party_xtensor.hpp"
 
 #include <cstdio>
 
