@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from layers_test import code_only  # noqa: E402  (the same reading of code, comments left out)
+from layers_test import check_modules, code_only  # noqa: E402  (the same reading of code, comments left out)
 
 KIND = re.compile(r"\b(attn_mask|key_padding_mask|causal_hint|is_causal|causal_mask|causal_mask_after|"
                   r"causal_attn_mask|generate_square_subsequent_mask)\b")
@@ -83,17 +83,7 @@ def homes_missing(root):
 
 def main():
     root = Path(sys.argv[1])
-    plant = "--plant" in sys.argv[2:]
-    files = sorted(f for f in (root / "modules").rglob("*") if f.suffix in (".hpp", ".cpp", ".cppm"))
-    files = [f for f in files if not f.relative_to(root).as_posix().startswith(NOT_READ)]
-    problems = homes_missing(root)
-    for f in files:
-        where = f.relative_to(root).as_posix()
-        text = PLANTS[where](f.read_text()) if plant and where in PLANTS else f.read_text()
-        problems += problems_of(where, text)
-    print("\n".join(problems + [f"{len(files)} files of modules/: {len(problems)} problem(s)"]))
-    return 1 if problems else 0
-
+    return check_modules(root, problems_of, homes_missing(root), PLANTS, "--plant" in sys.argv[2:], left_out=NOT_READ)
 
 if __name__ == "__main__":
     sys.exit(main())
