@@ -63,6 +63,13 @@ mha::textbook::Parameters<T> parameters(const mha::Options& o, std::uint64_t see
   return p;
 }
 
+// The options of a module of E = 8, H = 2, with bias_k and the zero key or not.
+mha::Options module_options(bool add_bias_kv = false, bool add_zero_attn = false) {
+  mha::Options o;
+  o.embed_dim = E, o.num_heads = H, o.add_bias_kv = add_bias_kv, o.add_zero_attn = add_zero_attn;
+  return o;
+}
+
 mha::ForwardOptions<T> forward_options(bool need_weights, bool average) {
   mha::ForwardOptions<T> opts;
   opts.need_weights = need_weights, opts.average_attn_weights = average;
@@ -77,7 +84,7 @@ TEST_CASE("a sliding window of width 1 gives each query its own key's value: the
   // the row is e_i, so every head's weights are the identity, each head's output at i is
   // v_i, the heads merged are v_proj(value)_i, and attn_output = out_proj(v_proj(value)).
   // q and k drop out entirely.
-  const mha::Options o{.embed_dim = E, .num_heads = H};
+  const mha::Options o = module_options();
   const auto p = parameters(o, 11);
   mha::Generator g(12);
   const xt::xarray<T> query = mha_test::random_tensor<T>({L, N, E}, g);  // (L, N, E)
@@ -113,7 +120,7 @@ TEST_CASE("a sliding window, with key_padding_mask, bias_k and the zero key, equ
           "[masks][mask_kind]") {
   // The kind meets the parts PyTorch's arguments make: key_padding_mask (per_key) and
   // bias_k and the zero key (two unmasked columns, S' = S + 2), the window over all S' keys.
-  const mha::Options o{.embed_dim = E, .num_heads = H, .add_bias_kv = true, .add_zero_attn = true};
+  const mha::Options o = module_options(/*add_bias_kv=*/true, /*add_zero_attn=*/true);
   const auto p = parameters(o, 21);
   mha::Generator g(22);
   const xt::xarray<T> x = mha_test::random_tensor<T>({L, N, E}, g);  // self-attention: the engine's one GEMM
@@ -173,7 +180,7 @@ TEST_CASE("a sliding window, with key_padding_mask, bias_k and the zero key, equ
 }
 
 TEST_CASE("forward_with_mask refuses a mask made for other sizes", "[errors][masks][mask_kind]") {
-  const mha::Options o{.embed_dim = E, .num_heads = H, .add_zero_attn = true};
+  const mha::Options o = module_options(/*add_bias_kv=*/false, /*add_zero_attn=*/true);
   const auto p = parameters(o, 31);
   const xt::xarray<T> x = xt::zeros<T>({L, N, E});
   // made for S' = S, where the zero key makes it S + 1
