@@ -26,5 +26,6 @@ using detail::check;
 #include "api/attention_paths.hpp"
 #include "api/pytorch_paths.hpp"
 #include "api/functional.hpp"
+#include "api/mask_preparation.hpp"
 #include "api/multihead_attention.hpp"
 #include "api/kv_cache.hpp"

@@ -28,7 +28,7 @@
 //                 which imports mha.core alone, and which mha re-exports
 //     random.hpp              a seedable generator for initialisation and dropout
 //     versions.hpp            which generation of PyTorch the library behaves as: 1.13 or 2.x
-//     masks.hpp               bool and float masks, causal masks, padding, merging (step 2)
+//     masks.hpp               bool and float masks, causal masks, padding, merging (step 2), step 7's mask
 //     attention.hpp           heads, scaling, softmax, dropout, scaled dot-product attention
 //     extra_keys.hpp          add_bias_kv: bias_k and bias_v appended as one more key
 //     in_projection.hpp       the packed (3E, E) in_proj_weight: split, pack, project; linear
@@ -62,6 +62,7 @@
 //     attention_paths.hpp     every choice of path, each rule that overrides one; steps 3 to 10
 //     pytorch_paths.hpp       which code of PyTorch runs a call: its native fast path or not
 //     functional.hpp          F.multi_head_attention_forward itself, argument for argument
+//     mask_preparation.hpp    PyTorch's mask arguments made step 7's one mask, in one place
 //     multihead_attention.hpp the module: parameters, train/eval, forward, backward
 //     kv_cache.hpp            decoding one token at a time: the keys and values kept, a step
 // The engine's layer exports one name, mha::testing::lane_sums, for the tests; nothing else.

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from layers_test import code_only  # noqa: E402  (the same reading of code, comments left out)
+from layers_test import check_modules, code_only  # noqa: E402  (the same reading of code, comments left out)
 
 SOFTMAX = "modules/engine/softmax_kernels.hpp"
 DISPATCHER = "modules/platform/cpu.hpp"
@@ -68,16 +68,7 @@ def homes_missing(root):
 
 def main():
     root = Path(sys.argv[1])
-    plant = "--plant" in sys.argv[2:]
-    files = sorted(f for f in (root / "modules").rglob("*") if f.suffix in (".hpp", ".cpp", ".cppm"))
-    problems = homes_missing(root)
-    for f in files:
-        where = f.relative_to(root).as_posix()
-        text = PLANTS[where](f.read_text()) if plant and where in PLANTS else f.read_text()
-        problems += problems_of(where, text)
-    print("\n".join(problems + [f"{len(files)} files of modules/: {len(problems)} problem(s)"]))
-    return 1 if problems else 0
-
+    return check_modules(root, problems_of, homes_missing(root), PLANTS, "--plant" in sys.argv[2:])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -54,6 +54,22 @@ def code_only(text):
     return "".join(out)
 
 
+def check_modules(root, problems_of, premises, plants, plant, left_out=()):
+    """A check of each file of modules/, as the tree tests run one: `premises` (the check's own
+    problems), then problems_of(where, text) of each file but those starting with `left_out`,
+    a file of `plants` read with its fault planted under --plant. Prints the problems and a
+    count; returns the exit status."""
+    files = sorted(f for f in (root / "modules").rglob("*") if f.suffix in (".hpp", ".cpp", ".cppm"))
+    files = [f for f in files if not f.relative_to(root).as_posix().startswith(tuple(left_out))]
+    problems = list(premises)
+    for f in files:
+        where = f.relative_to(root).as_posix()
+        text = plants[where](f.read_text()) if plant and where in plants else f.read_text()
+        problems += problems_of(where, text)
+    print("\n".join(problems + [f"{len(files)} files of modules/: {len(problems)} problem(s)"]))
+    return 1 if problems else 0
+
+
 def doors(text):
     """(line number, kind, what) of each module, import and #include line of a unit. The
     #include's file is read from the text itself (code_only empties string literals)."""

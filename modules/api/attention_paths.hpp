@@ -1,8 +1,8 @@
 // modules/api/attention_paths.hpp — every choice of path, in one file: the forward's, step
 // 8's kernel on the engine, the backward's and the decoding step's.
 //
-// MultiheadAttention::forward() does steps 1 (the shapes) and 2 (the masks) itself, then
-// calls attention_steps(), which asks choose_forward_path() for the path and runs it: the
+// MultiheadAttention::forward() does steps 1 (the shapes) and 2 (the masks, made step 7's
+// one mask in mask_preparation.hpp) itself, then calls attention_steps(), which asks choose_forward_path() for the path and runs it: the
 // readable reference (modules/textbook/reference_forward.cpp) or the engine
 // (modules/engine/engine.hpp), with choose_kernel()'s kernel for step 8. The functional
 // form, a KV cache's step and forward_for_backward() end there too; backward() asks
@@ -100,13 +100,14 @@ AttentionKernel choose_kernel(AttentionPath path, const ForwardOptions<T>& opts,
   return AttentionKernel::fast_per_head;
 }
 
-// Steps 3 to 10, after the shapes (step 1) and the masks (step 2), on the path
-// choose_forward_path() gives: the reference (textbook::reference_forward), the engine's
-// training_forward when a record is kept, else the engine (Engine::forward).
+// Steps 3 to 10, after the shapes (step 1) and the masks (step 2, made step 7's one mask at
+// S' by mask_preparation.hpp), on the path choose_forward_path() gives: the reference
+// (textbook::reference_forward), the engine's training_forward when a record is kept, else
+// the engine (Engine::forward). Every one takes the same mask.
 template <class T>
 Output<T> attention_steps(Engine<T>& engine, const Options& options, const textbook::Parameters<T>& params,
                           const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
-                          const Geometry& g, textbook::PreparedMasks<T> masks, const ForwardOptions<T>& opts,
+                          const Geometry& g, const textbook::MergedMask<T>& mask, const ForwardOptions<T>& opts,
                           const StaticKV<T>& statics, AttentionPath path, double dropout_p, Generator& generator,
                           SavedForward<T>* saved = nullptr);
 
@@ -126,7 +127,10 @@ textbook::Gradients<T> backward_steps(const Options& options, const textbook::Pa
 
 // Whether a KV cache's step takes the engine's decode_step (engine/decode_step.hpp), which
 // streams the weights once for all its rows where a GEMM would pack them first; otherwise
-// the step runs attention_steps() with the cache as static_k and static_v.
+// the step runs attention_steps() with the cache as static_k and static_v, and the mask of
+// cache_step_mask (mask_preparation.hpp). decode_step takes no mask: the step's one mask is
+// causal, which decode_step applies as the bound of each position's keys, and a cache step
+// has no other (KVCache::step takes none). A step with more would not decode fast.
 inline bool decodes_fast(AttentionPath path, bool need_weights, double dropout_p, std::size_t rows) {
   // the reference asked for: every step readable
   if (path == AttentionPath::reference) return false;
@@ -143,5 +147,28 @@ export namespace mha::testing {
 // For tests: the path a forward with these facts takes, and the rule that decided it
 // (detail::choose_forward_path above, which every forward asks).
 ForwardPath choose_forward_path(const PathFacts& facts) { return detail::choose_forward_path(facts); }
+
+// For tests: a forward whose step 7's mask is given as it is, made by the test from the
+// textbook's functions (textbook::merged_mask, add_per_query, add_per_key): a mask kind of
+// the test's own, run through attention_steps above on the path asked for, as a module's
+// forward runs (a record kept, with keep_record, and dropped). Dropout, with dropout_p,
+// draws from a generator seeded with dropout_seed. docs/building.md, "Adding a mask kind".
+template <class T>
+Output<T> forward_with_mask(const Options& options, const textbook::Parameters<T>& params, const xt::xarray<T>& query,
+                            const xt::xarray<T>& key, const xt::xarray<T>& value, const textbook::MergedMask<T>& mask,
+                            const ForwardOptions<T>& opts, AttentionPath path, bool keep_record = false,
+                            double dropout_p = 0, std::uint64_t dropout_seed = 0) {
+  detail::validate(options);
+  const detail::Geometry g = detail::geometry(query, key, value, opts, options);
+  const std::size_t S_total = g.S + options.add_bias_kv + options.add_zero_attn;  // S'
+  check(mask.L == g.L && mask.S == S_total && mask.H == detail::Sizes(options).H, "mask",
+        "expected step 7's mask for L = {}, S' = {}, H = {}, got one for L = {}, S' = {}, H = {}", g.L, S_total,
+        detail::Sizes(options).H, mask.L, mask.S, mask.H);
+  detail::Engine<T> engine;
+  Generator generator(dropout_seed);
+  detail::SavedForward<T> saved;
+  return detail::attention_steps(engine, options, params, query, key, value, g, mask, opts, detail::StaticKV<T>{}, path,
+                                 dropout_p, generator, keep_record ? &saved : nullptr);
+}
 
 }  // namespace mha::testing

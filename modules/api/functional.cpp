@@ -4,6 +4,8 @@
 // float and double. The checks come in torch/nn/functional.py's order (PyTorch 1.13.1):
 // the shapes, embed_dim_to_check, the head split, the projection weights, the masks,
 // bias_k/bias_v against static_k/static_v, the static sizes, key_padding_mask's length.
+// The masks' own checks are made where every mask is made (mask_preparation.hpp,
+// functional_mask).
 //
 // Legend: L = target length, S = source length (static_k's when given), N = batch,
 // E = embed_dim, H = heads, D = head_dim = E / H, B = N*H, Ek = kdim, Ev = vdim.
@@ -125,34 +127,6 @@ StaticKV<T> functional_statics(const FunctionalArguments<T>& a, const Geometry& 
   return st;
 }
 
-// Step 2 of the functional form: attn_mask is checked against the key's length S, as
-// PyTorch checks it, then added to scores of static_k's length: broadcast from one column,
-// or refused as torch.baddbmm refuses it. key_padding_mask has static_k's length.
-// `read` holds the masks as the generation reads them (masks_as), and its is_causal hint.
-template <class T>
-textbook::PreparedMasks<T> functional_masks(const FunctionalArguments<T>& a, const GenerationMasks<T>& read,
-                                            const Geometry& g, const StaticKV<T>& st, std::size_t H) {
-  textbook::PreparedMasks<T> masks;
-  const std::optional<Mask<T>>&attn = read.attn_mask, &padding = read.key_padding_mask;
-  const bool causal_hint = read.is_causal, need_weights = a.need_weights;
-  masks.attn_mask = textbook::prepare_attn_mask(attn, g.batched, g.L, g.N, g.S, H);  // (1 or B, L, S)
-  if (causal_hint && !padding && !need_weights) {  // 2.x: the causal mask of the hint stands in for attn_mask
-    masks.causal_hint = true;
-    masks.attn_mask.reset();
-    return masks;
-  }
-  if (st.k && masks.attn_mask && g.S != st.k.S) {
-    const std::size_t zero = a.add_zero_attn ? 1 : 0;
-    check(g.S == 1 && !a.add_zero_attn, "attn_mask",
-          "The size of tensor a ({}) must match the size of tensor b ({}) at non-singleton dimension 2 (attn_mask has "
-          "the key's length {}, static_k has {})",
-          g.S + zero, st.k.S + zero, g.S, st.k.S);
-    masks.attn_mask = xt::xtensor<T, 3>(xt::broadcast(*masks.attn_mask, {masks.attn_mask->shape(0), g.L, st.k.S}));
-  }
-  masks.key_padding_mask = textbook::prepare_key_padding_mask(padding, g.batched, g.N, st.k ? st.k.S : g.S);  // (N, S)
-  return masks;
-}
-
 }  // namespace mha::detail
 
 namespace mha {
@@ -173,14 +147,11 @@ Output<T> multi_head_attention_forward(const xt::xarray<T>& query, const xt::xar
   const textbook::Parameters<T> params = detail::functional_parameters(options, args);
   const detail::StaticKV<T> statics = detail::functional_statics(args, g, s);
 
-  // 2) the masks as the generation reads them, against the key's length and static_k's;
-  //    2.x's branch without weights is SDPA
+  // 2) the masks as the generation reads them, against the key's length and static_k's,
+  //    made step 7's one mask (mask_preparation.hpp); 2.x's branch without weights is SDPA
   std::vector<Warning> warnings;
   const PyTorchPath pytorch_path = detail::functional_path(args.pytorch, args.need_weights).path;
-  const auto read =
-      detail::masks_as(args.pytorch, pytorch_path, opts.attn_mask, opts.key_padding_mask, args.is_causal, warnings);
-  textbook::PreparedMasks<T> masks = detail::functional_masks(args, read, g, statics, s.H);
-  masks.safe_softmax = pytorch_path == PyTorchPath::sdpa;
+  textbook::MergedMask<T> mask = detail::functional_mask(args, opts, options, pytorch_path, g, statics, warnings);
 
   // 3)-10) the steps the module runs too; dropout only in training
   const double dropout_p = args.training ? args.dropout_p : 0.0;
@@ -188,8 +159,8 @@ Output<T> multi_head_attention_forward(const xt::xarray<T>& query, const xt::xar
         "expected a Generator: training=True with dropout_p={} draws a dropout mask; got none", dropout_p);
   Generator unused;
   detail::Engine<T> engine;  // W^T made for this call: the arguments are not kept
-  Output<T> out = detail::attention_steps(engine, options, params, query, key, value, g, std::move(masks), opts,
-                                          statics, path, dropout_p, generator ? *generator : unused);
+  Output<T> out = detail::attention_steps(engine, options, params, query, key, value, g, std::move(mask), opts, statics,
+                                          path, dropout_p, generator ? *generator : unused);
   out.warnings = std::move(warnings);
   return out;
 }

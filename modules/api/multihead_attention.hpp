@@ -237,7 +237,7 @@ public:
   //   route 4  attend                   engine/engine.hpp            step 8, the kernel: choose_kernel
   //   route 5  fast_attention_averaged  engine/fast_attention.hpp    the mean over heads, as they go
   // On the side, each returning before the next hop: geometry (step 1, textbook/inputs.hpp),
-  // module_path and prepare_masks_as (step 2, pytorch_paths.hpp), choose_forward_path and
+  // module_path (pytorch_paths.hpp) and module_mask (step 2, mask_preparation.hpp), choose_forward_path and
   // choose_kernel (attention_paths.hpp); under route 5, the softmax row kernels.
   Output<T> forward(const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
                     const ForwardOptions<T>& opts = {}) {
@@ -312,15 +312,16 @@ private:
     check_dropout_mask(opts.dropout_mask, dropout_p, g);
 
     // 2) the code PyTorch runs (its fast path or not), and the masks as float masks, read
-    //    as the generation chosen reads them: bool True -> -inf (_canonical_mask), shapes checked
+    //    as the generation chosen reads them: bool True -> -inf (_canonical_mask), shapes
+    //    checked, made step 7's one mask (mask_preparation.hpp)
     std::vector<Warning> warnings;
-    textbook::PreparedMasks<T> masks =
-        detail::prepare_masks_as(options_, detail::module_path(options_, training_, opts, g).path, opts, g, warnings);
+    const textbook::MergedMask<T> mask =
+        detail::module_mask(options_, detail::module_path(options_, training_, opts, g).path, opts, g, warnings);
 
     // 3)-10) the attention itself, on the path chosen (attention_paths.hpp)
     Output<T> out =
-        detail::attention_steps(engine_, options_, params_, query, key, value, g, std::move(masks), opts,
-                                detail::StaticKV<T>{}, attention_path_, dropout_p, dropout_generator_, saved);
+        detail::attention_steps(engine_, options_, params_, query, key, value, g, mask, opts, detail::StaticKV<T>{},
+                                attention_path_, dropout_p, dropout_generator_, saved);
     out.warnings = std::move(warnings);
     return out;
   }
@@ -356,17 +357,12 @@ private:
     const std::size_t t0 = cache.length();
     cache.append(textbook::split_heads(k, num_heads()), textbook::split_heads(v, num_heads()));  // (N*H, L_new, D) each
 
-    // 2) new position i (at t0 + i) sees the cache up to itself: key j is masked when j > t0 + i
-    textbook::PreparedMasks<T> masks;
-    if (g.L > 1) {
-      const xt::xarray<T> causal =
-          textbook::canonical_mask<T>(xt::xarray<bool>(textbook::causal_mask_after(t0, g.L)));     // (L_new, t)
-      masks.attn_mask = xt::xtensor<T, 3>(xt::view(causal, xt::newaxis(), xt::all(), xt::all()));  // (1, L_new, t)
-    }
+    // 2) new position i (at t0 + i) sees the cache up to itself (mask_preparation.hpp)
+    const textbook::MergedMask<T> mask = detail::cache_step_mask<T>(options_, t0, g.L);  // (1, L_new, t0 + L_new)
 
     // 3)-10) the steps, with the cache as static_k and static_v
-    return detail::attention_steps(engine_, options_, params_, x, x, x, g, std::move(masks), opts, cache.statics(),
-                                   attention_path_, dropout_p, dropout_generator_);
+    return detail::attention_steps(engine_, options_, params_, x, x, x, g, mask, opts, cache.statics(), attention_path_,
+                                   dropout_p, dropout_generator_);
   }
 
   // Steps 3 to 10 of a decoding step on the engine: q, k, v, the attention over the cache

@@ -4,14 +4,14 @@
 // hand the whole layer to torch._native_multi_head_attention, building a string
 // why_not_fast_path; otherwise it calls F.multi_head_attention_forward, whose 2.x branch
 // without weights is scaled_dot_product_attention. The conditions differ by generation
-// (docs/15-versions.md, the switch); they are decided here from the same inputs, and the
-// masks of step 2 prepared as that code reads them (generations.hpp). Which AttentionPath
-// then computes it is the library's own choice (attention_steps).
+// (docs/15-versions.md, the switch); they are decided here from the same inputs. The masks
+// are then prepared as that code reads them in mask_preparation.hpp (module_mask), and
+// which AttentionPath computes it is the library's own choice (attention_steps).
 //
 // Legend: L = target length, S = source length, N = batch, E = embed_dim, H = heads.
 //
 // Included by modules/api.cppm, in its module purview: no module line of its own.
-// Uses mha.core, versions.hpp, masks.hpp, options.hpp, inputs.hpp, generations.hpp.
+// Uses mha.core, textbook/versions.hpp, textbook/options.hpp, textbook/inputs.hpp, textbook/generations.hpp.
 
 export namespace mha {
 
@@ -70,21 +70,6 @@ PathChoice module_path(const Options& o, bool training, const ForwardOptions<T>&
 inline PathChoice functional_path(PyTorchVersion version, bool need_weights) {
   const bool sdpa = version == PyTorchVersion::v2 && !need_weights;
   return {sdpa ? PyTorchPath::sdpa : PyTorchPath::weights, "the functional form has no fast path"};
-}
-
-// Step 2 of a module's forward as the generation computes it on `path`: the masks as
-// float masks, shapes checked, the is_causal hint, and SDPA's softmax on its branch.
-template <class T>
-textbook::PreparedMasks<T> prepare_masks_as(const Options& o, PyTorchPath path, const ForwardOptions<T>& opts,
-                                            const Geometry& g, std::vector<Warning>& warnings) {
-  check(o.pytorch == PyTorchVersion::v2 || path != PyTorchPath::fast_path || o.bias, "bias",
-        "_native_multi_head_attention(): argument 'qkv_bias' (position 7) must be Tensor, not NoneType (PyTorch "
-        "1.13's fast path needs in_proj_bias: bias=True)");
-  auto m = masks_as(o.pytorch, path, opts.attn_mask, opts.key_padding_mask, opts.is_causal, warnings);
-  textbook::PreparedMasks<T> masks = textbook::prepare_masks(m.attn_mask, m.key_padding_mask, m.is_causal,
-                                                             opts.need_weights, g.batched, g.L, g.N, g.S, Sizes(o).H);
-  masks.safe_softmax = path == PyTorchPath::sdpa;
-  return masks;
 }
 
 }  // namespace mha::detail

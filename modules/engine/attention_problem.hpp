@@ -1,17 +1,19 @@
 // modules/engine/attention_problem.hpp (internal) — what the fast kernels work on: heads as strided
-// views, the masks as given, and where the output goes.
+// views, step 7's mask row by row, and where the output goes.
 //
 // The fast paths (fast_attention.hpp, flash_attention.hpp) never copy a head out of the
 // projection buffers: position i of batch n, head h starts at
-// data + i*row_stride + n*batch_stride + h*D. The two masks stay as the user gave them
-// (after bool -> float) and are added on the fly, in PyTorch's merge order. This
-// file only describes a problem; the kernels solve it.
+// data + i*row_stride + n*batch_stride + h*D. Step 7's one additive mask
+// (textbook::MergedMask, textbook/masks.hpp) is read as its two broadcast parts, row by row
+// (MaskRows), and added on the fly, in PyTorch's merge order: the engine never writes it out
+// and never learns which kinds of mask made it. This file only describes a problem; the
+// kernels solve it.
 //
 // Legend: L = target length, S = source length (with bias_k and the zero key, if any),
 // N = batch, E = embed_dim, H = heads, D = head_dim, B = N*H, b = n*H + h.
 //
 // Included by modules/engine.cppm, in its module purview: no module line of its own.
-// Uses textbook/random.hpp, platform/threads.hpp.
+// Uses textbook/random.hpp, textbook/masks.hpp, platform/threads.hpp.
 
 namespace mha::detail {
 
@@ -96,25 +98,35 @@ struct StridedHeads {
   }
 };
 
-// The two masks as the user gave them (after bool -> float), added on the fly:
-// mask(b, i, j) = attn_mask(b or 0, i, j) + key_padding_mask(n, j), PyTorch's merge order.
+// Step 7's mask as the kernels read it, row by row, its two parts added on the fly:
+// mask(b, i, j) = per_query(b or 0, i, j) + per_key(n, j), PyTorch's merge order.
 template <class T>
-struct AdditiveMasks {
-  const T* attn_mask = nullptr;         // (1 or B, L, S), or none
-  bool attn_mask_per_head = false;      // true for (B, L, S)
-  const T* key_padding_mask = nullptr;  // (N, S), or none
+struct MaskRows {
+  const T* per_query = nullptr;     // (1 or B, L, S), or none
+  bool per_query_per_head = false;  // true for (B, L, S)
+  const T* per_key = nullptr;       // (N, S), or none
   std::size_t L = 0, S = 0;
-  const T* attn_row(std::size_t b, std::size_t i) const {
-    return attn_mask ? attn_mask + ((attn_mask_per_head ? b : 0) * L + i) * S : nullptr;
+  const T* per_query_row(std::size_t b, std::size_t i) const {
+    return per_query ? per_query + ((per_query_per_head ? b : 0) * L + i) * S : nullptr;
   }
-  const T* padding_row(std::size_t n) const { return key_padding_mask ? key_padding_mask + n * S : nullptr; }
+  const T* per_key_row(std::size_t n) const { return per_key ? per_key + n * S : nullptr; }
 };
+
+// The rows of step 7's mask, pointing into it: no copy, and nothing allocated.
+template <class T>
+MaskRows<T> mask_rows(const textbook::MergedMask<T>& mask, std::size_t L, std::size_t S) {
+  MaskRows<T> rows;
+  if (mask.per_query) rows.per_query = mask.per_query->data(), rows.per_query_per_head = mask.per_query->shape(0) > 1;
+  if (mask.per_key) rows.per_key = mask.per_key->data();
+  rows.L = L, rows.S = S;
+  return rows;
+}
 
 // What one attention call works on.
 template <class T>
 struct AttentionProblem {
   StridedHeads<const T> q, k, v;  // q (L, N, E) already scaled by 1/sqrt(D); k, v (S, N, E)
-  AdditiveMasks<T> masks;
+  MaskRows<T> mask;               // step 7's, (B, L, S) as two broadcast parts
   std::size_t N = 0, H = 0, L = 0, S = 0, D = 0;
   StridedHeads<T> out;  // (L, N, E) or (N, L, E): head h of batch n at columns [h*D, (h+1)*D)
   double dropout_p = 0;

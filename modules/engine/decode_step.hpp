@@ -12,6 +12,10 @@
 //      sqrt(1/D) as PyTorch scales it; k and v go straight into the cache.
 //   2. per batch-head and new position i (at t0 + i): scores = q . K^T over keys
 //      0..t0 + i (the causal mask, as its bound), the softmax, and softmax . V.
+// The step takes no mask: its mask is that causal bound, and nothing else. decodes_fast
+// (api/attention_paths.hpp) chooses this step only when no other mask applies, a step with
+// more goes through the steps of the forward with its mask made in the API's one place for
+// masks (api/mask_preparation.hpp).
 //   3. attn_output = heads W_out^T + b_out, the rows of out_proj_weight streamed once.
 // All three run as one job of the library's thread pool (platform/threads.hpp): one
 // wake-up of its threads per step, not three. Phases 1 and 2 run together per group of

@@ -10,8 +10,9 @@
 // in, as the engine chooses no path of its own.
 // The engine owns what this costs: buffers kept per thread (platform/workspace.hpp), and W^T per
 // version of the weights. Every PyTorch step it shares with the reference is called, not
-// re-derived: the masks (textbook/masks.hpp), bias_k/bias_v (textbook/extra_keys.hpp), the scale (textbook/attention.hpp),
-// the output weights (textbook/inputs.hpp).
+// re-derived: bias_k/bias_v (textbook/extra_keys.hpp), the scale (textbook/attention.hpp),
+// the output weights (textbook/inputs.hpp). The mask comes made, step 7's one additive mask
+// at S' (textbook::MergedMask, textbook/masks.hpp), and is read in place (mask_rows).
 //
 // Exports nothing: MultiheadAttention holds an Engine, so code outside the module that
 // moves or copies a MultiheadAttention needs Engine's definition to be reachable, which is
@@ -198,10 +199,11 @@ StridedHeads<const T> zero_key_after(const FastCall<T>& c, const StaticHeads<T>&
 }
 
 // Steps 4 and 6 at once: k and v copied into (S', N, E) with bias_k/bias_v and the zero
-// key appended (textbook/extra_keys.hpp), and the masks padded by one column for each.
+// key appended (textbook/extra_keys.hpp). The mask has its column for each already
+// (textbook::merged_mask).
 template <class T>
 void extend_keys(const FastCall<T>& c, const Options& options, const textbook::Parameters<T>& params,
-                 const StaticKV<T>& statics, Projection<T>& p, textbook::PreparedMasks<T>& masks) {
+                 const StaticKV<T>& statics, Projection<T>& p) {
   const std::size_t S = c.g.S, N = c.g.N, E = c.E;
   const std::size_t extra = std::size_t{options.add_bias_kv} + std::size_t{options.add_zero_attn};
   auto extend = [&](const StridedHeads<const T>& x, const std::optional<xt::xtensor<T, 3>>& bias) {
@@ -212,17 +214,6 @@ void extend_keys(const FastCall<T>& c, const Options& options, const textbook::P
   };
   p.k = statics.k ? zero_key_after(c, statics.k) : extend(p.k, params.bias_k);
   p.v = statics.v ? zero_key_after(c, statics.v) : extend(p.v, params.bias_v);
-  for (std::size_t i = 0; i < extra; ++i) masks.pad_for_extra_key();
-}
-
-// Step 7 for the kernels: the masks stay separate, added on the fly (AdditiveMasks).
-template <class T>
-AdditiveMasks<T> additive_masks(const textbook::PreparedMasks<T>& masks, std::size_t L, std::size_t S) {
-  AdditiveMasks<T> m;
-  if (masks.attn_mask) m.attn_mask = masks.attn_mask->data(), m.attn_mask_per_head = masks.attn_mask->shape(0) > 1;
-  if (masks.key_padding_mask) m.key_padding_mask = masks.key_padding_mask->data();
-  m.L = L, m.S = S;
-  return m;
 }
 
 // Step 8's kernels, one for each way the weights are formed. Which one runs is the API's
@@ -290,11 +281,12 @@ public:
   }
   ~Engine() = default;
 
-  // Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2), with
-  // step 8's kernel as the API chose it (choose_kernel, api/attention_paths.hpp).
+  // Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2, made
+  // step 7's mask at S'), with step 8's kernel as the API chose it (choose_kernel,
+  // api/attention_paths.hpp).
   Output<T> forward(const Options& options, const textbook::Parameters<T>& params, const xt::xarray<T>& query,
                     const xt::xarray<T>& key, const xt::xarray<T>& value, const Geometry& g,
-                    textbook::PreparedMasks<T> masks, const StaticKV<T>& statics, AttentionKernel kernel,
+                    const textbook::MergedMask<T>& mask, const StaticKV<T>& statics, AttentionKernel kernel,
                     double dropout_p, Generator& generator) {
     const Sizes s(options);
     const std::size_t L = g.L, N = g.N, E = s.E;
@@ -310,18 +302,17 @@ public:
     // 3) in-projection, q scaled by sqrt(1/D) in its buffer as it is written (c.scale_q)
     Projection<T> p = project(c, params, *wt, query, key, value, statics);  // q (L, N, E), k and v (S, N, E)
     // 5) the heads: no copy, head h of q, k and v is the strided view at column h*D (StridedHeads)
-    // 4), 6) bias_k/bias_v and the zero key: k and v copied once into (S', N, E), masks padded
-    if (options.add_bias_kv || options.add_zero_attn) extend_keys(c, options, params, statics, p, masks);
+    // 4), 6) bias_k/bias_v and the zero key: k and v copied once into (S', N, E)
+    if (options.add_bias_kv || options.add_zero_attn) extend_keys(c, options, params, statics, p);
     const std::size_t S_total = S + options.add_bias_kv + options.add_zero_attn;  // S'
-    // 7) the masks stay separate; the kernels add attn_mask(b, i, j) + key_padding_mask(n, j)
-    if (masks.causal_hint) masks.attn_mask = textbook::causal_attn_mask<T>(L, S_total);  // (1, L, S')
+    // 7) the mask, made at S': the kernels add per_query(b, i, j) + per_key(n, j) (mask_rows)
 
     // 8) attention per head, into the heads' columns of one buffer in the query's layout
     T* heads = ws.get(L * N * E);  // (L, N, E), or (N, L, E) batch_first
     AttentionProblem<T> pb{{p.q.data, p.q.row_stride, p.q.batch_stride, 0},
                            p.k,
                            p.v,
-                           additive_masks(masks, L, S_total),
+                           mask_rows(mask, L, S_total),
                            N,
                            s.H,
                            L,

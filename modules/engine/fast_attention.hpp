@@ -8,7 +8,7 @@
 //     on AVX-512 both run on attention_tiles.hpp instead, k_h^T copied once per head too, in
 //     blocks of query rows whose scores stay in L2;
 //   - the mask add, the row maximum, exp and the normalisation are one pass per row,
-//     the mask read from attn_mask and key_padding_mask as given, never merged into a
+//     step 7's mask read as its two broadcast parts (MaskRows), never written out as a
 //     (N*H, L, S) tensor; when the weights are not returned, the division by the row's
 //     sum is left to the D entries of each row of P . v instead of the S entries of P;
 //   - batch-heads run on the library's threads (platform/threads.hpp); for weights averaged over
@@ -129,8 +129,8 @@ void attend_block(const AttentionProblem<T>& pb, std::size_t b, std::size_t firs
   block_scores(pb, n, h, first, rows, operands, scores);
   // 2) mask + softmax per row, 3) dropout (training only), row by row as the reference draws
   if (total)
-    run_for_this_cpu<SoftmaxRows<RowSoftmax::weights_added_to>>(scores, first, rows, pb.S, pb.masks, b, n, total);
-  else run_for_this_cpu<SoftmaxRows<RowSoftmax::weights>>(scores, first, rows, pb.S, pb.masks, b, n);
+    run_for_this_cpu<SoftmaxRows<RowSoftmax::weights_added_to>>(scores, first, rows, pb.S, pb.mask, b, n, total);
+  else run_for_this_cpu<SoftmaxRows<RowSoftmax::weights>>(scores, first, rows, pb.S, pb.mask, b, n);
   if (pb.dropout_p > 0)
     for (std::size_t i = 0; i < rows; ++i) dropout_row(scores + i * pb.S, pb.S, pb.dropout_p, *pb.generator);
   // 4) output_h = P . v_h
@@ -147,7 +147,7 @@ void attend_block_unnormalised(const AttentionProblem<T>& pb, std::size_t b, std
   // 1) scores = q_h . k_h^T
   block_scores(pb, n, h, first, rows, operands, scores);
   // 2) mask + exp per row, the row sums aside
-  run_for_this_cpu<SoftmaxRows<RowSoftmax::exponentials>>(scores, first, rows, pb.S, pb.masks, b, n, sums);
+  run_for_this_cpu<SoftmaxRows<RowSoftmax::exponentials>>(scores, first, rows, pb.S, pb.mask, b, n, sums);
   // 3) output_h = exp(...) . v_h, 4) each row divided by its sum: times 1 / sum, the
   //    inverses in place of the sums. No keys: P . v is an empty sum, 0, with no sum.
   if (pb.S > 0)

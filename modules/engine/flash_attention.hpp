@@ -28,7 +28,7 @@ template <class T>
 struct TileRows {
   T* scores;
   std::size_t rows, cols, b, i0, j0;
-  const T* padding;  // the batch entry's key_padding_mask row, or none
+  const T* per_key;  // the batch entry's row of step 7's per-key mask, or none
   T* output;         // (rows, D), leading dimension ldo
   std::size_t ldo, D;
   const unsigned char* drop;  // (rows, S) dropout decisions, or none
@@ -41,12 +41,12 @@ struct TileRows {
 // are plain ones that the compiler vectorises at that level: the vector width is not needed.
 struct OnlineSoftmaxTile {
   template <std::size_t /*vector bytes*/, class T>
-  [[gnu::always_inline]] static void run(const AdditiveMasks<T>& masks, const TileRows<T>& t, OnlineSoftmax<T>& state) {
+  [[gnu::always_inline]] static void run(const MaskRows<T>& mask, const TileRows<T>& t, OnlineSoftmax<T>& state) {
     for (std::size_t i = 0; i < t.rows; ++i) {
       T* row = t.scores + i * t.cols;
-      const T* attn = masks.attn_row(t.b, t.i0 + i);
+      const T* per_query = mask.per_query_row(t.b, t.i0 + i);
       const unsigned char* d = t.drop ? t.drop + i * t.S + t.j0 : nullptr;
-      online_softmax_row(row, t.cols, attn ? attn + t.j0 : nullptr, t.padding ? t.padding + t.j0 : nullptr,
+      online_softmax_row(row, t.cols, per_query ? per_query + t.j0 : nullptr, t.per_key ? t.per_key + t.j0 : nullptr,
                          state.max[i], state.sum[i], t.output + i * t.ldo, t.D, d, t.keep_scale);
     }
   }
@@ -62,7 +62,7 @@ void attend_query_tile(const AttentionProblem<T>& pb, std::size_t b, std::size_t
   T* out = pb.out.head(n, h, D) + i0 * ldo;  // (rows, D) with leading dimension N*E (or E batch_first)
   for (std::size_t i = 0; i < rows; ++i) std::fill(out + i * ldo, out + i * ldo + D, T(0));
   const T keep_scale = textbook::dropout_scale<T>(pb.dropout_p);
-  const T* padding = pb.masks.padding_row(n);
+  const T* per_key = pb.mask.per_key_row(n);
   OnlineSoftmax<T> state(rows);
   for (std::size_t j0 = 0; j0 < S; j0 += key_tile) {
     const std::size_t cols = std::min(key_tile, S - j0);
@@ -71,9 +71,9 @@ void attend_query_tile(const AttentionProblem<T>& pb, std::size_t b, std::size_t
             pb.k.head(n, h, D) + j0 * pb.k.row_stride, pb.k.row_stride, /*beta=*/T(0), scores.data(), cols);
     // 2) mask, then the online softmax update of each row
     TileRows<T> tile{
-        scores.data(), rows, cols, b, i0, j0, padding, out, ldo, D, drop.empty() ? nullptr : drop.data(), S,
+        scores.data(), rows, cols, b, i0, j0, per_key, out, ldo, D, drop.empty() ? nullptr : drop.data(), S,
         keep_scale};
-    run_for_this_cpu<OnlineSoftmaxTile>(pb.masks, tile, state);
+    run_for_this_cpu<OnlineSoftmaxTile>(pb.mask, tile, state);
     // 3) o += P . v_tile: (rows, cols) x (cols, D) -> (rows, D)
     gemm<T>(/*trans_a=*/false, /*trans_b=*/false, rows, D, cols, T(1), scores.data(), cols,
             pb.v.head(n, h, D) + j0 * pb.v.row_stride, pb.v.row_stride, /*beta=*/T(1), out, ldo);

@@ -49,21 +49,21 @@ namespace mha::detail {
 // each is vectorised without interleaving, so that a row of 16 is two AVX vectors rather
 // than a scalar remainder.
 
-// row[j] += attn[j] + padding[j] (PyTorch's merged mask, either part optional), and the
-// row's maximum, in one pass. The maximum ignores NaN as fmax does; it is kept in 8
-// partial maxima so that it vectorises.
-template <bool with_attn, bool with_padding, class T>
-[[gnu::always_inline]] inline T add_masks_and_max(T* row, std::size_t n, const T* attn, const T* padding) {
+// row[j] += per_query[j] + per_key[j] (step 7's mask, its two parts, either optional:
+// MaskRows), and the row's maximum, in one pass. The maximum ignores NaN as fmax does; it
+// is kept in 8 partial maxima so that it vectorises.
+template <bool with_per_query, bool with_per_key, class T>
+[[gnu::always_inline]] inline T add_masks_and_max(T* row, std::size_t n, const T* per_query, const T* per_key) {
   constexpr std::size_t lanes = 8;
   T max[lanes];
   for (auto& m : max) m = -std::numeric_limits<T>::infinity();
   std::size_t j = 0;
   auto step = [&](std::size_t at, std::size_t lane) {
     T x = row[at];
-    if constexpr (with_attn && with_padding) x += attn[at] + padding[at];
-    else if constexpr (with_attn) x += attn[at];
-    else if constexpr (with_padding) x += padding[at];
-    if constexpr (with_attn || with_padding) row[at] = x;  // without masks the row stays as it is
+    if constexpr (with_per_query && with_per_key) x += per_query[at] + per_key[at];
+    else if constexpr (with_per_query) x += per_query[at];
+    else if constexpr (with_per_key) x += per_key[at];
+    if constexpr (with_per_query || with_per_key) row[at] = x;  // without masks the row stays as it is
     max[lane] = x > max[lane] ? x : max[lane];
   };
   for (; j + lanes <= n; j += lanes)
@@ -75,11 +75,11 @@ template <bool with_attn, bool with_padding, class T>
 }
 
 template <class T>
-[[gnu::always_inline]] inline T add_masks_and_max(T* row, std::size_t n, const T* attn, const T* padding) {
-  if (attn && padding) return add_masks_and_max<true, true>(row, n, attn, padding);
-  if (attn) return add_masks_and_max<true, false>(row, n, attn, padding);
-  if (padding) return add_masks_and_max<false, true>(row, n, attn, padding);
-  return add_masks_and_max<false, false>(row, n, attn, padding);
+[[gnu::always_inline]] inline T add_masks_and_max(T* row, std::size_t n, const T* per_query, const T* per_key) {
+  if (per_query && per_key) return add_masks_and_max<true, true>(row, n, per_query, per_key);
+  if (per_query) return add_masks_and_max<true, false>(row, n, per_query, per_key);
+  if (per_key) return add_masks_and_max<false, true>(row, n, per_query, per_key);
+  return add_masks_and_max<false, false>(row, n, per_query, per_key);
 }
 
 // row[j] = exp(row[j] - max), returning the sum. The sum may be reordered (it is a
@@ -116,14 +116,14 @@ enum class RowSoftmax {
                      // entries of the row of P . v, not the S of P)
 };
 
-// The softmax of one row of scores, masks added (PyTorch's merged mask, either part
-// optional), numerically stable, in place; returns the row's sum of exponentials. total:
+// The softmax of one row of scores, step 7's mask added (its two parts, either optional),
+// numerically stable, in place; returns the row's sum of exponentials. total:
 // (n), for weights_added_to only. A row whose every score is -inf gives NaN, as
 // torch.softmax: -inf - (-inf) = NaN.
 template <RowSoftmax kind, class T>
-[[gnu::always_inline]] inline T masked_softmax_row(T* row, std::size_t n, const T* attn, const T* padding,
+[[gnu::always_inline]] inline T masked_softmax_row(T* row, std::size_t n, const T* per_query, const T* per_key,
                                                    T* total = nullptr) {
-  const T max = add_masks_and_max(row, n, attn, padding);
+  const T max = add_masks_and_max(row, n, per_query, per_key);
   const T sum = exp_and_sum(row, n, max);
   if constexpr (kind != RowSoftmax::exponentials) {
     // One division a row, then S multiplications: x * (1/sum) differs from x / sum by at
@@ -155,10 +155,10 @@ struct OnlineSoftmax {
 // pass, as it was measured. While every score so far is -inf the row stays all zero and m
 // stays -inf; a row that ends so gives 0 / 0 = NaN, as the softmax of an all -inf row.
 template <class T>
-[[gnu::always_inline]] inline void online_softmax_row(T* row, std::size_t n, const T* attn, const T* padding, T& max,
-                                                      T& sum, T* output_row, std::size_t D, const unsigned char* drop,
-                                                      T keep_scale) {
-  const T tile_max = add_masks_and_max(row, n, attn, padding);
+[[gnu::always_inline]] inline void online_softmax_row(T* row, std::size_t n, const T* per_query, const T* per_key,
+                                                      T& max, T& sum, T* output_row, std::size_t D,
+                                                      const unsigned char* drop, T keep_scale) {
+  const T tile_max = add_masks_and_max(row, n, per_query, per_key);
   const T new_max = std::max(max, tile_max);
   if (new_max == -std::numeric_limits<T>::infinity()) {
     for (std::size_t j = 0; j < n; ++j)
@@ -186,16 +186,15 @@ template <RowSoftmax kind>
 struct SoftmaxRows {
   template <std::size_t /*vector bytes*/, class T>
   [[gnu::always_inline]] static void run(T* scores, std::size_t first, std::size_t rows, std::size_t S,
-                                         const AdditiveMasks<T>& masks, std::size_t b, std::size_t n,
-                                         T* per_row = nullptr) {
-    const T* padding = masks.padding_row(n);
+                                         const MaskRows<T>& mask, std::size_t b, std::size_t n, T* per_row = nullptr) {
+    const T* per_key = mask.per_key_row(n);
     for (std::size_t i = 0; i < rows; ++i) {
       T* row = scores + i * S;
-      const T* attn = masks.attn_row(b, first + i);
-      if constexpr (kind == RowSoftmax::exponentials) per_row[i] = masked_softmax_row<kind>(row, S, attn, padding);
+      const T* per_query = mask.per_query_row(b, first + i);
+      if constexpr (kind == RowSoftmax::exponentials) per_row[i] = masked_softmax_row<kind>(row, S, per_query, per_key);
       else if constexpr (kind == RowSoftmax::weights_added_to)
-        masked_softmax_row<kind>(row, S, attn, padding, per_row + i * S);
-      else masked_softmax_row<kind>(row, S, attn, padding);
+        masked_softmax_row<kind>(row, S, per_query, per_key, per_row + i * S);
+      else masked_softmax_row<kind>(row, S, per_query, per_key);
     }
   }
 };

@@ -60,14 +60,14 @@ xt::xtensor<T, 3> heads_of(const StridedHeads<const T>& x, std::size_t len, std:
 // probabilities, dropout into the saved weights when there is a mask, then P_b . v_b
 // into the head's columns of `merged` (L, N, E). q is the scaled projection buffer.
 template <class T>
-void head_forward(SavedForward<T>& s, const StridedHeads<const T>& q_scaled, const AdditiveMasks<T>& masks,
-                  std::size_t H, std::size_t D, std::size_t b) {
+void head_forward(SavedForward<T>& s, const StridedHeads<const T>& q_scaled, const MaskRows<T>& mask, std::size_t H,
+                  std::size_t D, std::size_t b) {
   const std::size_t L = s.L, S = s.kh.shape(1), LS = L * S, n = b / H, h = b % H, NE = s.N * H * D;
   T* p = s.probabilities.data() + b * LS;
   // (L, D) x (D, S') -> (L, S')
   gemm<T>(/*trans_a=*/false, /*trans_b=*/true, L, S, D, T(1), q_scaled.head(n, h, D), q_scaled.row_stride,
           s.kh.data() + b * S * D, D, /*beta=*/T(0), p, S);
-  run_for_this_cpu<SoftmaxRows<RowSoftmax::weights>>(p, std::size_t{0}, L, S, masks, b, n);
+  run_for_this_cpu<SoftmaxRows<RowSoftmax::weights>>(p, std::size_t{0}, L, S, mask, b, n);
   const T* weights = p;
   if (s.dropout_mask) {
     T* dropped = s.weights.data() + b * LS;
@@ -117,7 +117,7 @@ xt::xtensor<T, 3> seq_first_into(const xt::xarray<T>& x, bool batch_first, xt::x
 template <class T>
 Output<T> training_forward(Engine<T>& engine, const Options& options, const textbook::Parameters<T>& params,
                            const xt::xarray<T>& query, const xt::xarray<T>& key, const xt::xarray<T>& value,
-                           const Geometry& g, textbook::PreparedMasks<T> masks, const ForwardOptions<T>& opts,
+                           const Geometry& g, const textbook::MergedMask<T>& mask, const ForwardOptions<T>& opts,
                            double dropout_p, Generator& generator, SavedForward<T>& s) {
   const Sizes sizes(options);
   const std::size_t L = g.L, S = g.S, N = g.N, E = sizes.E, H = sizes.H, D = sizes.D, B = N * H;
@@ -130,7 +130,7 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const text
   // 3) in-projection by the engine's GEMMs; the heads saved unscaled, then q scaled in place
   Projection<T> p = project(c, params, *wt, query, key, value, StaticKV<T>{});
   const StridedHeads<const T> q_view = p.q;
-  // 4), 5), 6) heads (N*H, len, D), bias_k/bias_v and the zero key appended, masks padded
+  // 4), 5), 6) heads (N*H, len, D), bias_k/bias_v and the zero key appended (the mask is S' wide already)
   const std::optional<xt::xtensor<T, 3>> none;
   const auto& bias_k = options.add_bias_kv ? params.bias_k : none;  // (1, 1, E)
   const auto& bias_v = options.add_bias_kv ? params.bias_v : none;
@@ -138,10 +138,8 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const text
   auto qh = heads_of(q_view, L, L, N, H, D, none, c.threads, std::move(spare.qh));       // (N*H, L, D)
   auto kh = heads_of(p.k, S, S_total, N, H, D, bias_k, c.threads, std::move(spare.kh));  // (N*H, S', D)
   auto vh = heads_of(p.v, S, S_total, N, H, D, bias_v, c.threads, std::move(spare.vh));  // (N*H, S', D)
-  for (std::size_t i = 0; i < S_total - S; ++i) masks.pad_for_extra_key();
   scale_query(c, p.q);
-  // 7) the masks stay separate, added in the softmax's row kernel; the causal hint made full
-  if (masks.causal_hint) masks.attn_mask = textbook::causal_attn_mask<T>(L, S_total);  // (1, L, S')
+  // 7) the mask, made at S' (textbook::MergedMask): its two parts added in the softmax's row kernel
 
   // what the backward reads, as reference_forward keeps it
   s = SavedForward<T>{};
@@ -166,10 +164,10 @@ Output<T> training_forward(Engine<T>& engine, const Options& options, const text
   s.merged.resize({L, N, E});
 
   // 8) attention per head, on the library's threads, into P and the merged heads
-  const AdditiveMasks<T> additive = additive_masks(masks, L, S_total);
+  const MaskRows<T> mask_by_rows = mask_rows(mask, L, S_total);
   const double flops = 4.0 * static_cast<double>(L * S_total) * static_cast<double>(D) * static_cast<double>(B);
   parallel_for(B, threads_for(flops, /*threshold=*/4e6, c.threads),
-               [&](std::size_t b, std::size_t /*worker*/) { head_forward(s, q_view, additive, H, D, b); });
+               [&](std::size_t b, std::size_t /*worker*/) { head_forward(s, q_view, mask_by_rows, H, D, b); });
 
   // 9) out_proj: (L*N, E) x (E, E) -> (L, N, E); 10) the caller's layout and the weights.
   //    Sequence-first and unbatched outputs hold the rows of (L, N, E) in order, so out_proj

@@ -3,7 +3,8 @@
 // With add_bias_kv=True, multi_head_attention_forward appends bias_k (1, 1, E) to k and
 // bias_v to v as position S, repeated over the batch, after the in-projection and before
 // the head split (torch.cat([k, bias_k.repeat(1, bsz, 1)])), and pads both masks with an
-// unmasked column (PreparedMasks::pad_for_extra_key in masks.hpp). add_zero_attn appends an
+// unmasked column (PreparedMasks::pad_for_extra_key in masks.hpp, which merged_mask calls
+// for every path). add_zero_attn appends an
 // all-zero key after the head split (append_zero_row in attention.hpp). The engine does
 // both in one copy (extend_keys_into, modules/engine/attention_problem.hpp).
 //

@@ -12,11 +12,12 @@
 //              without key_padding_mask, refused without attn_mask, ignored on the fast
 //              path; 1.13 has no such argument: the mask is applied as given;
 //   paths      2.x with need_weights=false runs scaled_dot_product_attention, whose softmax
-//              gives a fully masked row weight 0 (PreparedMasks::safe_softmax); the
+//              gives a fully masked row weight 0 (MergedMask::safe_softmax); the
 //              native fast path (grad disabled, ...) keeps NaN there, and 1.13's makes a
 //              float key_padding_mask bool, with a warning.
 // The masks come out as prepare_masks (masks.hpp) takes them: the generation's reading
-// expressed as 2.x's additive merge, so that every path computes it unchanged.
+// expressed as 2.x's additive merge, so that every path computes it unchanged. The API's
+// one place for the masks, modules/api/mask_preparation.hpp, calls masks_as.
 //
 // Legend: L = target length, S = source length, N = batch, H = heads, B = N*H.
 //
@@ -50,8 +51,8 @@ Mask<T> nonzero_as_bool(const Mask<T>& m) {
 
 }  // namespace mha::detail
 
-// What the API calls (api/pytorch_paths.hpp, functional.cpp, attention_paths.cpp), exported
-// to it: the API is outside mha.textbook, and sees only what it exports.
+// What the API calls (api/pytorch_paths.hpp, api/mask_preparation.hpp), exported to it: the
+// API is outside mha.textbook, and sees only what it exports.
 export namespace mha::detail {
 
 template <class T>
@@ -113,32 +114,15 @@ GenerationMasks<T> masks_as(PyTorchVersion version, PyTorchPath path, std::optio
   return {std::move(attn_mask), std::move(key_padding_mask), v2 && is_causal && path != PyTorchPath::fast_path};
 }
 
-// Whether some (batch-head, query) row has no key it may attend to: every entry of the
-// merged mask -inf, with no bias_k and no zero key to rescue it.
-template <class T>
-bool has_fully_masked_row(const textbook::PreparedMasks<T>& masks, std::size_t H, std::size_t L, bool extra_key) {
-  if (extra_key || masks.causal_hint) return false;  // an appended key, or key 0, is never masked
-  const auto merged = textbook::merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or B, L, S)
-  if (!merged || merged->shape(2) == 0) return false;
-  const std::size_t rows = merged->shape(0) * L, S = merged->shape(2);
-  for (std::size_t r = 0; r < rows; ++r) {
-    const T* row = merged->data() + r * S;
-    if (std::all_of(row, row + S, [](T x) { return x == -std::numeric_limits<T>::infinity(); })) return true;
-  }
-  return false;
-}
-
 // 2.x's scaled_dot_product_attention on the CPU (its "safe softmax", PyTorch 2.5 on): a
 // query row whose every score is -inf gets weight 0, not NaN, so its output is 0.
-// attention (B, L, ...), mask (1 or B, L, S).
+// attention (B, L, ...), the mask step 7 added (MergedMask::fully_masked says which rows).
 template <class T>
-void zero_fully_masked_rows(textbook::Attention<T>& attention, const std::optional<xt::xtensor<T, 3>>& mask) {
-  if (!mask || mask->shape(2) == 0) return;  // no keys: no row is fully masked, and no element to point at
-  const std::size_t B = attention.output.shape(0), L = attention.output.shape(1), S = mask->shape(2);
+void zero_fully_masked_rows(textbook::Attention<T>& attention, const textbook::MergedMask<T>& mask) {
+  const std::size_t B = attention.output.shape(0), L = attention.output.shape(1);
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t i = 0; i < L; ++i) {
-      const T* row = &(*mask)(mask->shape(0) == 1 ? 0 : b, i, 0);
-      if (!std::all_of(row, row + S, [](T x) { return x == -std::numeric_limits<T>::infinity(); })) continue;
+      if (!mask.fully_masked(b, i)) continue;
       xt::view(attention.output, b, i, xt::all()) = T(0);
       xt::view(attention.weights, b, i, xt::all()) = T(0);
       xt::view(attention.probabilities, b, i, xt::all()) = T(0);

@@ -1,10 +1,11 @@
-// modules/textbook/masks.cpp — the bodies: bool masks made additive, the causal mask, padding, the merge.
+// modules/textbook/masks.cpp — the bodies: bool masks made additive, the causal mask, padding, the merge, step 7's mask.
 //
 // The definitions of what modules/textbook/masks.hpp declares, in the same order, and their
 // explicit instantiations for float and double. As torch/nn/functional.py's
 // _canonical_mask, the padding in multi_head_attention_forward and its mask merge.
 //
-// Legend: L = target length, S = source length, N = batch, H = heads, B = N*H.
+// Legend: L = target length, S = source length, S' = S with bias_k and the zero key,
+// N = batch, H = heads, B = N*H.
 module;
 #include "third_party_xtensor.hpp"
 
@@ -151,6 +152,69 @@ PreparedMasks<T> prepare_masks(const std::optional<Mask<T>>& attn_mask, const st
   return masks;
 }
 
+// The mask written out, as the reference adds it: (1 or B, L, S'), or none (merge_masks).
+template <class T>
+std::optional<xt::xtensor<T, 3>> MergedMask<T>::written_out() const {
+  return merge_masks(per_query, per_key, H, L);
+}
+
+// Whether batch-head b's query row i may attend to no key: every entry of it -inf, each
+// entry summed as merge_masks sums it.
+template <class T>
+bool MergedMask<T>::fully_masked(std::size_t b, std::size_t i) const {
+  if ((!per_query && !per_key) || S == 0) return false;  // no mask, or no key to point at
+  const T* query_row = per_query ? &(*per_query)(per_query->shape(0) == 1 ? 0 : b, i, 0) : nullptr;  // (S')
+  const T* key_row = per_key ? &(*per_key)(b / H, 0) : nullptr;                                      // (S')
+  for (std::size_t j = 0; j < S; ++j) {
+    const T x = (query_row ? query_row[j] : T(0)) + (key_row ? key_row[j] : T(0));
+    if (x != -std::numeric_limits<T>::infinity()) return false;
+  }
+  return true;
+}
+
+// Whether some (batch-head, query) row is fully masked: B = N*H rows of queries with
+// per_key, else as many as per_query has.
+template <class T>
+bool MergedMask<T>::has_fully_masked_row() const {
+  const std::size_t B = per_key ? per_key->shape(0) * H : per_query ? per_query->shape(0) : 0;
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t i = 0; i < L; ++i)
+      if (fully_masked(b, i)) return true;
+  return false;
+}
+
+// Step 7 from step 2's masks, at the keys' final length S' = S + extra_keys: one unmasked
+// column per extra key (F.pad at steps 4 and 6), the is_causal hint as its causal mask.
+template <class T>
+MergedMask<T> merged_mask(PreparedMasks<T> masks, std::size_t num_heads, std::size_t L, std::size_t S,
+                          std::size_t extra_keys) {
+  for (std::size_t k = 0; k < extra_keys; ++k) masks.pad_for_extra_key();  // (..., S) -> (..., S')
+  MergedMask<T> mask;
+  mask.H = num_heads, mask.L = L, mask.S = S + extra_keys, mask.safe_softmax = masks.safe_softmax;
+  if (masks.causal_hint) mask.per_query = causal_attn_mask<T>(L, mask.S);  // (1, L, S')
+  else mask.per_query = std::move(masks.attn_mask);                        // (1 or B, L, S')
+  mask.per_key = std::move(masks.key_padding_mask);                        // (N, S')
+  return mask;
+}
+
+// A mask kind folded into per_query: (1 or B, L, S') added to it, broadcast over the first axis.
+template <class T>
+void add_per_query(MergedMask<T>& mask, const xt::xtensor<T, 3>& additive) {
+  check(additive.shape(1) == mask.L && additive.shape(2) == mask.S, "mask",
+        "expected a per-query mask of shape (1 or B, {}, {}), got {}", mask.L, mask.S, shape_string(additive.shape()));
+  if (!mask.per_query) mask.per_query = additive;
+  else mask.per_query = xt::xtensor<T, 3>(*mask.per_query + additive);  // (1 or B, L, S')
+}
+
+// A mask kind folded into per_key: (N, S') added to it.
+template <class T>
+void add_per_key(MergedMask<T>& mask, const xt::xtensor<T, 2>& additive) {
+  check(additive.shape(1) == mask.S && (!mask.per_key || mask.per_key->shape(0) == additive.shape(0)), "mask",
+        "expected a per-key mask of shape (N, {}), got {}", mask.S, shape_string(additive.shape()));
+  if (!mask.per_key) mask.per_key = additive;
+  else mask.per_key = xt::xtensor<T, 2>(*mask.per_key + additive);  // (N, S')
+}
+
 // Compiled here once for each dtype the library has; no other unit sees the bodies above.
 // T is a type: it cannot be parenthesised, as bugprone-macro-parentheses asks.
 // NOLINTBEGIN(bugprone-macro-parentheses)
@@ -168,7 +232,11 @@ PreparedMasks<T> prepare_masks(const std::optional<Mask<T>>& attn_mask, const st
                                                               std::size_t, std::size_t, std::size_t);                  \
   template xt::xtensor<T, 3> causal_attn_mask(std::size_t, std::size_t);                                               \
   template PreparedMasks<T> prepare_masks(const std::optional<Mask<T>>&, const std::optional<Mask<T>>&, bool, bool,    \
-                                          bool, std::size_t, std::size_t, std::size_t, std::size_t);
+                                          bool, std::size_t, std::size_t, std::size_t, std::size_t);                   \
+  template struct MergedMask<T>;                                                                                       \
+  template MergedMask<T> merged_mask(PreparedMasks<T>, std::size_t, std::size_t, std::size_t, std::size_t);            \
+  template void add_per_query(MergedMask<T>&, const xt::xtensor<T, 3>&);                                               \
+  template void add_per_key(MergedMask<T>&, const xt::xtensor<T, 2>&);
 MHA_INSTANTIATE_MASKS(float)
 MHA_INSTANTIATE_MASKS(double)
 #undef MHA_INSTANTIATE_MASKS

@@ -9,10 +9,14 @@
 // where True means "attend". Mirrors torch/nn/functional.py: _canonical_mask, the
 // padding in multi_head_attention_forward, and its mask merge (PyTorch 2.x: additive).
 // Step 2 of forward() is here as free functions (prepare_masks), so that a tutorial
-// prepares its masks exactly as the module does. This interface says what each function
+// prepares its masks exactly as the module does, and so is step 7's one additive mask
+// (MergedMask, made by merged_mask at the keys' final length), which every path takes.
+// What turns PyTorch's arguments into it under the generation chosen is one place of the
+// API, modules/api/mask_preparation.hpp. This interface says what each function
 // takes and gives; the bodies are in masks.cpp, compiled once for float and double.
 //
-// Legend: L = target length, S = source length, N = batch, H = heads, B = N*H.
+// Legend: L = target length, S = source length, S' = S with bias_k and the zero key,
+// N = batch, H = heads, B = N*H.
 //
 // Included by modules/textbook.cppm, in its module purview: no module line of its own.
 // Uses mha.core.
@@ -104,5 +108,46 @@ template <class T>
 PreparedMasks<T> prepare_masks(const std::optional<Mask<T>>& attn_mask, const std::optional<Mask<T>>& key_padding_mask,
                                bool is_causal, bool need_weights, bool batched, std::size_t L, std::size_t N,
                                std::size_t S, std::size_t num_heads);
+
+// Step 7's one additive mask, as every path takes it (the reference, the engine's fast,
+// flash and training forwards), at the keys' final length S'. It is kept as its two
+// broadcast parts, which the engine adds on the fly and never writes out at (B, L, S'):
+//   mask(b, i, j) = per_query(b or 0, i, j) + per_key(b / H, j),
+// in PyTorch's merge order (attn_mask + key_padding_mask). A mask kind folds into one part:
+// attn_mask and the is_causal hint's causal mask into per_query, key_padding_mask into
+// per_key (merged_mask below); a new kind adds its additive form to either
+// (add_per_query, add_per_key).
+template <class T>
+struct MergedMask {
+  std::optional<xt::xtensor<T, 3>> per_query;  // (1 or B, L, S'): a row of keys per query
+  std::optional<xt::xtensor<T, 2>> per_key;    // (N, S'): batch-head b = n*H + h reads row n
+  std::size_t H = 1, L = 0, S = 0;             // S = S'
+  bool safe_softmax = false;  // 2.x's scaled_dot_product_attention: a row no key may attend to gets weight 0
+
+  // The mask written out, as the reference adds it: (1 or B, L, S'), or none (merge_masks).
+  std::optional<xt::xtensor<T, 3>> written_out() const;
+  // Whether batch-head b's query row i may attend to no key: every entry of it -inf.
+  bool fully_masked(std::size_t b, std::size_t i) const;
+  // Whether some (batch-head, query) row is fully masked.
+  bool has_fully_masked_row() const;
+};
+
+// Step 7 from step 2's masks, at the keys' final length S' = S + extra_keys (S: the keys'
+// length, static_k's when given; one extra key for bias_k, one for the zero key). Each extra
+// key pads both masks by an unmasked column, as F.pad(mask, (0, 1)) at steps 4 and 6 of
+// multi_head_attention_forward; the is_causal hint becomes its (1, L, S') causal mask.
+template <class T>
+MergedMask<T> merged_mask(PreparedMasks<T> masks, std::size_t num_heads, std::size_t L, std::size_t S,
+                          std::size_t extra_keys);
+
+// A mask kind folded into step 7's mask: `additive` (1 or B, L, S') added to per_query,
+// which it becomes when there is none. (1, L, S') + (B, L, S') is (B, L, S').
+template <class T>
+void add_per_query(MergedMask<T>& mask, const xt::xtensor<T, 3>& additive);
+
+// A mask kind folded into step 7's mask: `additive` (N, S') added to per_key, which it
+// becomes when there is none.
+template <class T>
+void add_per_key(MergedMask<T>& mask, const xt::xtensor<T, 2>& additive);
 
 }  // namespace mha::textbook

@@ -20,8 +20,9 @@ namespace mha::textbook {
 template <class T>
 Output<T> reference_forward(const Options& options, const Parameters<T>& params, const xt::xarray<T>& query,
                             const xt::xarray<T>& key, const xt::xarray<T>& value, const detail::Geometry& g,
-                            PreparedMasks<T> masks, const ForwardOptions<T>& opts, const StaticKeysValues<T>& statics,
-                            double dropout_p, Generator& generator, detail::SavedForward<T>* saved) {
+                            const MergedMask<T>& mask, const ForwardOptions<T>& opts,
+                            const StaticKeysValues<T>& statics, double dropout_p, Generator& generator,
+                            detail::SavedForward<T>* saved) {
   const std::size_t H = static_cast<std::size_t>(options.num_heads), L = g.L, N = g.N;
   const bool batch_first = options.batch_first && g.batched;
 
@@ -31,11 +32,12 @@ Output<T> reference_forward(const Options& options, const Parameters<T>& params,
   auto value_in = to_seq_first_batched(value, batch_first);                       // (S, N, Ev)
   auto [q, k, v] = params.in_projection(query_in, key_in, value_in, g.aliasing);  // (L, N, E), (S, N, E) x2
 
-  // 4) bias_k, bias_v: one more key and value position, the masks padded to match
+  // 4) bias_k, bias_v: one more key and value position. PyTorch pads the masks here by an
+  //    unmasked column (F.pad(mask, (0, 1))); step 7's mask was made S' wide already
+  //    (merged_mask, masks.hpp), with that column.
   if (options.add_bias_kv) {
     k = append_bias(k, Parameters<T>::present(params.bias_k, "bias_k"));  // (S+1, N, E)
     v = append_bias(v, Parameters<T>::present(params.bias_v, "bias_v"));
-    masks.pad_for_extra_key();
   }
 
   // 5) heads: (L, N, E) -> (N*H, L, D); static_k and static_v, already heads, replace k
@@ -45,24 +47,21 @@ Output<T> reference_forward(const Options& options, const Parameters<T>& params,
   auto kh = statics.k ? *statics.k : split_heads(k, H);  // (N*H, S', D)
   auto vh = statics.v ? *statics.v : split_heads(v, H);  // (N*H, S', D)
 
-  // 6) add_zero_attn: one more key and value, all zeros, the masks padded to match
-  if (options.add_zero_attn) {
-    kh = append_zero_row(kh), vh = append_zero_row(vh);  // (N*H, S'+1, D)
-    masks.pad_for_extra_key();
-  }
+  // 6) add_zero_attn: one more key and value, all zeros; PyTorch pads the masks here too,
+  //    and step 7's mask has that column already, as at step 4
+  if (options.add_zero_attn) kh = append_zero_row(kh), vh = append_zero_row(vh);  // (N*H, S'+1, D)
   const std::size_t S_total = kh.shape(1);
 
-  // 7) one additive mask: attn_mask + key_padding_mask, or the causal mask of the hint
-  std::optional<xt::xtensor<T, 3>> mask;
-  if (masks.causal_hint) mask = causal_attn_mask<T>(L, S_total);           // (1, L, S')
-  else mask = merge_masks(masks.attn_mask, masks.key_padding_mask, H, L);  // (1 or N*H, L, S')
+  // 7) one additive mask, its parts merged where PyTorch merges them (MergedMask, masks.hpp:
+  //    the masks of step 2 padded to S' and added, or the causal mask of the hint)
+  const std::optional<xt::xtensor<T, 3>> added = mask.written_out();  // (1 or N*H, L, S')
 
   // 8) attention per head: softmax(q k^T / sqrt(D) + mask) v, dropout in training only,
   //    replayed from the mask given or drawn now
   std::optional<xt::xtensor<bool, 3>> keep = opts.dropout_mask;
   if (dropout_p > 0 && !keep) keep = draw_dropout_mask({qh.shape(0), L, S_total}, dropout_p, generator);
-  auto attention = scaled_dot_product_attention(qh, kh, vh, mask, dropout_p, keep);
-  if (masks.safe_softmax) detail::zero_fully_masked_rows(attention, mask);  // 2.x's SDPA: 0, not NaN
+  auto attention = scaled_dot_product_attention(qh, kh, vh, added, dropout_p, keep);
+  if (mask.safe_softmax) detail::zero_fully_masked_rows(attention, mask);  // 2.x's SDPA: 0, not NaN
 
   // 9) heads side by side again, then out_proj: (N*H, L, D) -> (L, N, E)
   auto merged = merge_heads(attention.output, H);                                   // (L, N, E)
@@ -108,12 +107,12 @@ Output<T> reference_forward(const Options& options, const Parameters<T>& params,
 // Compiled here once for each dtype the library has.
 template Output<float> reference_forward(const Options&, const Parameters<float>&, const xt::xarray<float>&,
                                          const xt::xarray<float>&, const xt::xarray<float>&, const detail::Geometry&,
-                                         PreparedMasks<float>, const ForwardOptions<float>&,
+                                         const MergedMask<float>&, const ForwardOptions<float>&,
                                          const StaticKeysValues<float>&, double, Generator&,
                                          detail::SavedForward<float>*);
 template Output<double> reference_forward(const Options&, const Parameters<double>&, const xt::xarray<double>&,
                                           const xt::xarray<double>&, const xt::xarray<double>&, const detail::Geometry&,
-                                          PreparedMasks<double>, const ForwardOptions<double>&,
+                                          const MergedMask<double>&, const ForwardOptions<double>&,
                                           const StaticKeysValues<double>&, double, Generator&,
                                           detail::SavedForward<double>*);
 

@@ -53,15 +53,17 @@ struct StaticKeysValues {
   std::optional<xt::xtensor<T, 3>> k, v;  // (N*H, S, D)
 };
 
-// Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2). static_k
-// and static_v, when given (the functional form, a KV cache), replace k and v after the
-// in-projection; the masks then already have their length. Dropout (dropout_p > 0,
+// Steps 3 to 10 of forward(), after the shapes (step 1) and the masks (step 2), which
+// come as step 7's one additive mask at the keys' final length S' (MergedMask, masks.hpp).
+// static_k and static_v, when given (the functional form, a KV cache), replace k and v
+// after the in-projection. Dropout (dropout_p > 0,
 // training) replays opts.dropout_mask when there is one, else draws from `generator`.
 // With `saved`, what the backward pass needs is kept there.
 template <class T>
 Output<T> reference_forward(const Options& options, const Parameters<T>& params, const xt::xarray<T>& query,
                             const xt::xarray<T>& key, const xt::xarray<T>& value, const detail::Geometry& g,
-                            PreparedMasks<T> masks, const ForwardOptions<T>& opts, const StaticKeysValues<T>& statics,
-                            double dropout_p, Generator& generator, detail::SavedForward<T>* saved = nullptr);
+                            const MergedMask<T>& mask, const ForwardOptions<T>& opts,
+                            const StaticKeysValues<T>& statics, double dropout_p, Generator& generator,
+                            detail::SavedForward<T>* saved = nullptr);
 
 }  // namespace mha::textbook
