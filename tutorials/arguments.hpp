@@ -3,8 +3,8 @@
 //
 // Every tutorial takes one to three options (--case, --out, --tile, ...). CLI11 parses
 // them, but CLI11 is a header-only library of a few hundred functions, and each program
-// that includes it compiles them all again: about 6 s of every tutorial's 14 s. Here it
-// is compiled once, in arguments.cpp, and a tutorial includes this small header instead.
+// that includes it compiles them all again. Here it is compiled once, in arguments.cpp,
+// and a tutorial includes this small header instead.
 // What a student sees is CLI11's, unchanged: its --help, and its messages and exit status
 // for an unknown option or a value out of range.
 //
