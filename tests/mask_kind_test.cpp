@@ -188,3 +188,42 @@ TEST_CASE("forward_with_mask refuses a mask made for other sizes", "[errors][mas
                                                   forward_options(true, true), AttentionPath::fast),
                   Catch::Matchers::ContainsSubstring("S' = 6"));
 }
+
+TEST_CASE("forward_with_mask refuses a part whose batch-heads are not the input's", "[errors][masks][mask_kind]") {
+  // N = 2, H = 2: every path reads per_query's slice b for batch-head b < N*H = 4 and
+  // per_key's row n < N. A part of 2 slices, or of 3 rows, would be read past its end.
+  const mha::Options o = module_options();
+  const auto p = parameters(o, 41);
+  const xt::xarray<T> x = xt::zeros<T>({L, N, E});
+  Mask two_slices = no_other_mask(o);
+  two_slices.per_query = xt::xtensor<T, 3>(xt::zeros<T>({std::size_t{2}, L, S}));  // (2, L, S')
+  CHECK_MHA_ERROR(
+      mha::testing::forward_with_mask(o, p, x, x, x, two_slices, forward_options(true, false), AttentionPath::fast),
+      Catch::Matchers::ContainsSubstring("(1 or 4, 5, 5), got (2, 5, 5)"));
+  Mask three_rows = no_other_mask(o);
+  three_rows.per_key = xt::xtensor<T, 2>(xt::zeros<T>({std::size_t{3}, S}));  // (3, S')
+  CHECK_MHA_ERROR(
+      mha::testing::forward_with_mask(o, p, x, x, x, three_rows, forward_options(true, false), AttentionPath::fast),
+      Catch::Matchers::ContainsSubstring("(2, 5), got (3, 5)"));
+}
+
+TEST_CASE("add_per_query and add_per_key refuse a part the mask's other part disagrees with",
+          "[errors][masks][mask_kind]") {
+  // per_key of N = 2 rows with H = 2 fixes B = N*H = 4 batch-heads: a per-query part may
+  // have 1 or 4 slices, and a second per-key part 2 rows.
+  Mask mask = no_other_mask(module_options());
+  mha::textbook::add_per_key(mask, xt::xtensor<T, 2>(xt::zeros<T>({N, S})));  // (N, S')
+  CHECK_MHA_ERROR(mha::textbook::add_per_query(mask, xt::xtensor<T, 3>(xt::zeros<T>({std::size_t{2}, L, S}))),
+                  Catch::Matchers::ContainsSubstring("(1 or 4, 5, 5), got (2, 5, 5)"));
+  CHECK_MHA_ERROR(mha::textbook::add_per_key(mask, xt::xtensor<T, 2>(xt::zeros<T>({std::size_t{3}, S}))),
+                  Catch::Matchers::ContainsSubstring("N * H = 4, got (3, 5)"));
+  // the shapes that agree are taken: (4, L, S') and then (1, L, S') broadcast onto it
+  mha::textbook::add_per_query(mask, xt::xtensor<T, 3>(xt::zeros<T>({N * H, L, S})));
+  mha::textbook::add_per_query(mask, xt::xtensor<T, 3>(xt::zeros<T>({std::size_t{1}, L, S})));
+  REQUIRE(mask.per_query->shape(0) == N * H);
+  // and a per-query part of 4 slices fixes B for a per-key part with none before it
+  Mask by_query = no_other_mask(module_options());
+  mha::textbook::add_per_query(by_query, xt::xtensor<T, 3>(xt::zeros<T>({N * H, L, S})));
+  CHECK_MHA_ERROR(mha::textbook::add_per_key(by_query, xt::xtensor<T, 2>(xt::zeros<T>({std::size_t{1}, S}))),
+                  Catch::Matchers::ContainsSubstring("N * H = 4, got (1, 5)"));
+}

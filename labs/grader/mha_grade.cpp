@@ -76,6 +76,7 @@ struct Kit {
   std::vector<std::string> compile, link;
   std::vector<fs::path> include_dirs;
   std::map<std::string, fs::path> runner;  // lab number -> its runner's object
+  fs::path runner_npy;                     // the .npy files every runner reads and writes
 };
 
 Kit read_kit(const fs::path& build) {
@@ -94,8 +95,9 @@ Kit read_kit(const fs::path& build) {
     else if (key == "link") k.link = w;
     else if (key == "include" && w.size() == 1) k.include_dirs.emplace_back(w[0]);
     else if (key == "runner" && w.size() == 2) k.runner[w[0]] = w[1];
+    else if (key == "runner_npy" && w.size() == 1) k.runner_npy = w[0];
   }
-  if (k.compiler.empty() || k.runner.size() != grader::labs().size())
+  if (k.compiler.empty() || k.runner.size() != grader::labs().size() || k.runner_npy.empty())
     throw mha::Error(fmt::format("build: {} is incomplete", file.string()));
   return k;
 }
@@ -204,13 +206,14 @@ struct Staging {
   }
 };
 
-// The kit in the staging area, seen as /kit: include/*.hpp and labNN-runner.o.
+// The kit in the staging area, seen as /kit: include/*.hpp, labNN-runner.o and runner-npy.o.
 void stage_kit(const Kit& kit, const fs::path& dir) {
   fs::create_directories(dir / "include");
   for (const auto& d : kit.include_dirs)
     for (const auto& e : fs::directory_iterator(d))
       if (e.path().extension() == ".hpp") fs::copy_file(e.path(), dir / "include" / e.path().filename());
   for (const auto& [number, object] : kit.runner) fs::copy_file(object, dir / fmt::format("lab{}-runner.o", number));
+  fs::copy_file(kit.runner_npy, dir / "runner-npy.o");
   readable(dir);
 }
 
@@ -221,12 +224,14 @@ struct Places {
 };
 
 // The build's shell line: the student's file BOX/src/FILE compiled against KIT/include alone,
-// linked with the lab's runner.
+// linked with the lab's runner and the runners' .npy files.
 std::string build_line(const Kit& kit, const grader::Lab& lab, const Places& at) {
+  const std::string box = at.box.string(), kit_dir = at.kit.string();
   return fmt::format(
-      "{} {} -I{}/include -c {}/src/{} -o {}/student.o && {} {} {}/student.o {}/lab{}-runner.o -o {}/lab{}-answers",
-      kit.compiler, joined(kit.compile), at.kit.string(), at.box.string(), lab.file, at.box.string(), kit.compiler,
-      joined(kit.link), at.box.string(), at.kit.string(), lab.number, at.box.string(), lab.number);
+      "{} {} -I{}/include -c {}/src/{} -o {}/student.o && {} {} {}/student.o {}/lab{}-runner.o {}/runner-npy.o -o "
+      "{}/lab{}-answers",
+      kit.compiler, joined(kit.compile), kit_dir, box, lab.file, box, kit.compiler, joined(kit.link), box, kit_dir,
+      lab.number, kit_dir, box, lab.number);
 }
 
 // The line of a build's log that says why: the compiler's first error, or the linker's

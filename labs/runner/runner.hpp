@@ -18,8 +18,6 @@
 
 #include "mha_lab.hpp"
 
-#include <xtensor/xnpy.hpp>
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -34,12 +32,19 @@
 
 namespace runner {
 
+// A tensor's .npy file, read and written (labs/runner/npy.cpp: xtensor's xnpy, compiled once
+// for every lab's runner). T is float, double or bool.
+template <class T>
+xt::xarray<T> read_npy(const std::filesystem::path& file);
+template <class T>
+std::string npy_bytes(const xt::xarray<T>& t);
+
 // The answers' stream: file descriptor 3, opened by whoever started this program.
 class Answers {
 public:
   template <class T>
   void tensor(const std::string& case_name, const std::string& name, const xt::xarray<T>& t) {
-    record("tensor " + case_name + " " + name, xt::dump_npy(t));
+    record("tensor " + case_name + " " + name, npy_bytes<T>(t));
   }
   void status(const std::string& case_name, const std::string& function, const std::string& kind,
               const std::string& message) {
@@ -86,7 +91,7 @@ public:
 
   template <class T>
   xt::xarray<T> tensor(const std::string& name) const {
-    return xt::load_npy<T>(file(name).string());
+    return read_npy<T>(file(name));
   }
   template <class T, std::size_t R>
   xt::xtensor<T, R> fixed(const std::string& name) const {

@@ -164,6 +164,15 @@ Output<T> forward_with_mask(const Options& options, const textbook::Parameters<T
   check(mask.L == g.L && mask.S == S_total && mask.H == detail::Sizes(options).H, "mask",
         "expected step 7's mask for L = {}, S' = {}, H = {}, got one for L = {}, S' = {}, H = {}", g.L, S_total,
         detail::Sizes(options).H, mask.L, mask.S, mask.H);
+  const std::size_t B = g.N * mask.H;  // the batch-heads every path reads the mask's rows for
+  if (mask.per_query)
+    check((mask.per_query->shape(0) == 1 || mask.per_query->shape(0) == B) && mask.per_query->shape(1) == g.L &&
+              mask.per_query->shape(2) == S_total,
+          "mask", "expected a per_query part of shape (1 or {}, {}, {}), got {}", B, g.L, S_total,
+          shape_string(mask.per_query->shape()));
+  if (mask.per_key)
+    check(mask.per_key->shape(0) == g.N && mask.per_key->shape(1) == S_total, "mask",
+          "expected a per_key part of shape ({}, {}), got {}", g.N, S_total, shape_string(mask.per_key->shape()));
   detail::Engine<T> engine;
   Generator generator(dropout_seed);
   detail::SavedForward<T> saved;

@@ -197,11 +197,25 @@ MergedMask<T> merged_mask(PreparedMasks<T> masks, std::size_t num_heads, std::si
   return mask;
 }
 
+// The batch-heads B = N*H that the parts already there fix: per_query's slices when it has
+// more than one, else per_key's N rows times H; 0 when neither fixes them.
+namespace {
+template <class T>
+std::size_t batch_heads(const MergedMask<T>& mask) {
+  if (mask.per_query && mask.per_query->shape(0) > 1) return mask.per_query->shape(0);
+  if (mask.per_key) return mask.per_key->shape(0) * mask.H;
+  return 0;
+}
+}  // namespace
+
 // A mask kind folded into per_query: (1 or B, L, S') added to it, broadcast over the first axis.
 template <class T>
 void add_per_query(MergedMask<T>& mask, const xt::xtensor<T, 3>& additive) {
-  check(additive.shape(1) == mask.L && additive.shape(2) == mask.S, "mask",
-        "expected a per-query mask of shape (1 or B, {}, {}), got {}", mask.L, mask.S, shape_string(additive.shape()));
+  const std::size_t B = batch_heads(mask);
+  check(additive.shape(1) == mask.L && additive.shape(2) == mask.S &&
+            (additive.shape(0) == 1 || B == 0 || additive.shape(0) == B),
+        "mask", "expected a per-query mask of shape (1 or {}, {}, {}), got {}", B == 0 ? "B" : std::to_string(B),
+        mask.L, mask.S, shape_string(additive.shape()));
   if (!mask.per_query) mask.per_query = additive;
   else mask.per_query = xt::xtensor<T, 3>(*mask.per_query + additive);  // (1 or B, L, S')
 }
@@ -209,8 +223,10 @@ void add_per_query(MergedMask<T>& mask, const xt::xtensor<T, 3>& additive) {
 // A mask kind folded into per_key: (N, S') added to it.
 template <class T>
 void add_per_key(MergedMask<T>& mask, const xt::xtensor<T, 2>& additive) {
-  check(additive.shape(1) == mask.S && (!mask.per_key || mask.per_key->shape(0) == additive.shape(0)), "mask",
-        "expected a per-key mask of shape (N, {}), got {}", mask.S, shape_string(additive.shape()));
+  const std::size_t B = batch_heads(mask);
+  check(additive.shape(1) == mask.S && (B == 0 || additive.shape(0) * mask.H == B), "mask",
+        "expected a per-key mask of shape (N, {}) with N * H = {}, got {} (H = {})", mask.S,
+        B == 0 ? "B" : std::to_string(B), shape_string(additive.shape()), mask.H);
   if (!mask.per_key) mask.per_key = additive;
   else mask.per_key = xt::xtensor<T, 2>(*mask.per_key + additive);  // (N, S')
 }
