@@ -1,7 +1,7 @@
 // labs/runner/npy.cpp — the .npy files of every lab's runner: the inputs read, the answers written.
 //
-// Compiled once and linked into each lab's answers program beside its runner
-// (labs/runner/labNN.cpp), rather than compiled again in each: xtensor's xnpy reads a file's
+// Compiled once and linked into each lab's answers program beside its runner (lab 01's is
+// labs/runner/lab01.cpp), rather than compiled again in each: xtensor's xnpy reads a file's
 // header with std::regex, the costliest part of a runner to compile.
 #include "runner.hpp"
 
