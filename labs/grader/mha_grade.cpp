@@ -98,7 +98,11 @@ Kit read_kit(const fs::path& build) {
     else if (key == "runner_npy" && w.size() == 1) k.runner_npy = w[0];
   }
   if (k.compiler.empty() || k.runner.size() != grader::labs().size() || k.runner_npy.empty())
-    throw mha::Error(fmt::format("build: {} is incomplete", file.string()));
+    throw mha::Error(fmt::format(
+        "build: {} is incomplete: expected a compiler line, {} runner lines and a runner_npy line, got {}, {} runner "
+        "lines and {}",
+        file.string(), grader::labs().size(), k.compiler.empty() ? "no compiler line" : "a compiler line",
+        k.runner.size(), k.runner_npy.empty() ? "no runner_npy line" : "a runner_npy line"));
   return k;
 }
 

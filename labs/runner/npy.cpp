@@ -24,6 +24,5 @@ template xt::xarray<double> read_npy<double>(const std::filesystem::path&);
 template xt::xarray<bool> read_npy<bool>(const std::filesystem::path&);
 template std::string npy_bytes<float>(const xt::xarray<float>&);
 template std::string npy_bytes<double>(const xt::xarray<double>&);
-template std::string npy_bytes<bool>(const xt::xarray<bool>&);
 
 }  // namespace runner

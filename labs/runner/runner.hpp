@@ -33,7 +33,8 @@
 namespace runner {
 
 // A tensor's .npy file, read and written (labs/runner/npy.cpp: xtensor's xnpy, compiled once
-// for every lab's runner). T is float, double or bool.
+// for every lab's runner). A file read holds float, double or bool (a mask); an answer
+// written, float or double.
 template <class T>
 xt::xarray<T> read_npy(const std::filesystem::path& file);
 template <class T>
