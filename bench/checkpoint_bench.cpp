@@ -17,9 +17,9 @@
 // folder is removed at the end.
 //
 // Legend: E = embed_dim (d_model), F = dim_feedforward = 4E.
-#include <CLI/CLI.hpp>
-
 #include "third_party_xtensor.hpp"
+
+#include "arguments.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -196,21 +196,20 @@ int run(const Arguments& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Time listing the attention layers of a large .safetensors checkpoint, and loading one layer."};
+  cli::Arguments arguments{
+      "Time listing the attention layers of a large .safetensors checkpoint, and loading one layer."};
   Arguments args;
-  app.add_option("--size-mb", args.size_mb, "Size of the checkpoint in MiB (its layers, then an embedding table)")
-      ->capture_default_str();
-  app.add_option("--layers", args.layers, "Encoder layers")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--embed-dim", args.embed_dim,
-                 "d_model of each layer (a multiple of 16: the loaded layer has 16 heads)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--runs", args.runs, "Runs of each measurement; the median is printed")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--dir", args.dir, "Folder for the temporary checkpoint (default: the system's temporary folder)")
-      ->check(CLI::ExistingDirectory);
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("--size-mb", args.size_mb, "Size of the checkpoint in MiB (its layers, then an embedding table)")
+      .show_default();
+  arguments.option("--layers", args.layers, "Encoder layers").positive().show_default();
+  arguments
+      .option("--embed-dim", args.embed_dim, "d_model of each layer (a multiple of 16: the loaded layer has 16 heads)")
+      .positive()
+      .show_default();
+  arguments.option("--runs", args.runs, "Runs of each measurement; the median is printed").positive().show_default();
+  arguments.option("--dir", args.dir, "Folder for the temporary checkpoint (default: the system's temporary folder)")
+      .existing_directory();
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
   try {
     return run(args);

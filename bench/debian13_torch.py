@@ -32,8 +32,24 @@ def unavailable(root: Path):
                 "--debian13-root names another)")
     if not list((root / "usr" / "lib" / "python3" / "dist-packages").glob("torch/version.py")):
         return f"{root} has no python3-torch (scripts/test-debian13 installs it with scripts/setup)"
+    if (blas := reference_blas(root)) is not None:
+        return blas
     if os.geteuid() != 0:
         return "running the chroot needs root (unshare, mount and chroot)"
+    return None
+
+
+def reference_blas(root: Path):
+    """Why the root's PyTorch would run on a BLAS no user runs it on, or None. Its
+    libblas.so.3 is chosen by Debian's alternatives: OpenBLAS when a libopenblas0 package
+    is installed (scripts/setup installs one), else the reference BLAS of libblas3, which
+    python3-torch alone pulls in and which is tens of times slower. A peer timed on that
+    would be a peer at its worst."""
+    links = sorted((root / "etc" / "alternatives").glob("libblas.so.3-*"))
+    target = os.readlink(links[0]) if links and links[0].is_symlink() else None
+    if target is None or "openblas" not in target:
+        return (f"{root}'s libblas.so.3 is {target or 'not installed'}, not OpenBLAS: PyTorch 2.6 would run "
+                "on the reference BLAS (install libopenblas0-pthread in the root)")
     return None
 
 

@@ -11,9 +11,9 @@
 //
 // A thin command over mha.io: the file is opened by its headers (mha::open_checkpoint),
 // listing reads no tensor data, and --split and --run read the one layer's tensors.
-#include <CLI/CLI.hpp>
-
 #include "third_party_xtensor.hpp"
+
+#include "arguments.hpp"
 
 #include <cstdio>
 
@@ -129,7 +129,7 @@ int inspect(const Arguments& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
+  cli::Arguments arguments{
       "List, split and run the nn.MultiheadAttention layers in a trained model's weights.\n\n"
       "Workflow on the shipped example (a torch.nn.TransformerEncoder, 2 layers, d_model 8, nhead 2):\n"
       "  mha-inspect golden/weights/transformer_encoder/model.safetensors\n"
@@ -138,22 +138,24 @@ int main(int argc, char** argv) {
       "      writes W_q.npy .. b_v.npy and split.safetensors; W_q = in_proj_weight rows [0, 8)\n"
       "  mha-inspect golden/weights/transformer_encoder/model.safetensors --prefix layers.0. --num-heads 2 --run\n"
       "      runs the layer on seeded random input\n"};
-  app.set_version_flag("--version", fmt::format("mha-inspect {}", MHA_VERSION));
+  arguments.version(fmt::format("mha-inspect {}", MHA_VERSION));
   Arguments args;
-  app.add_option("FILE", args.file, "A .safetensors file, or a folder of .npy files named by state_dict keys")
-      ->required()
-      ->check(CLI::ExistingPath);
-  app.add_option("--prefix", args.prefix,
-                 "Key prefix of one layer, e.g. transformer_encoder.layers.0.self_attn. (any unambiguous start of it)");
-  app.add_option("--num-heads", args.num_heads, "num_heads of the layer: not recorded in the weights; needed by --run")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--split", args.split,
-                 "Write W_q, W_k, W_v, b_q, b_k, b_v of the layer to this folder (.npy and split.safetensors)");
-  app.add_flag("--run", args.run, "Run a forward pass of the layer on seeded random input (needs --num-heads)");
-  app.add_option("--length", args.length, "Sequence length L of the random input for --run")->capture_default_str();
-  app.add_option("--batch", args.batch, "Batch size N of the random input for --run")->capture_default_str();
-  app.add_option("--seed", args.seed, "Seed of the random input for --run")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  arguments.option("FILE", args.file, "A .safetensors file, or a folder of .npy files named by state_dict keys")
+      .required()
+      .existing_path();
+  arguments.option(
+      "--prefix", args.prefix,
+      "Key prefix of one layer, e.g. transformer_encoder.layers.0.self_attn. (any unambiguous start of it)");
+  arguments
+      .option("--num-heads", args.num_heads, "num_heads of the layer: not recorded in the weights; needed by --run")
+      .positive();
+  arguments.option("--split", args.split,
+                   "Write W_q, W_k, W_v, b_q, b_k, b_v of the layer to this folder (.npy and split.safetensors)");
+  arguments.flag("--run", args.run, "Run a forward pass of the layer on seeded random input (needs --num-heads)");
+  arguments.option("--length", args.length, "Sequence length L of the random input for --run").show_default();
+  arguments.option("--batch", args.batch, "Batch size N of the random input for --run").show_default();
+  arguments.option("--seed", args.seed, "Seed of the random input for --run").show_default();
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, --version, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 
   try {

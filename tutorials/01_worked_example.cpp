@@ -75,7 +75,7 @@ std::pair<Matrix, xt::xtensor<double, 1>> block(const Matrix& W, const xt::xtens
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 01: a worked example, every intermediate printed"};
+  cli::Arguments arguments{"Tutorial 01: a worked example, every intermediate printed"};
   if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
   tutorial::title("01", "a worked example",

@@ -42,7 +42,7 @@ void print_packed(const xt::xtensor<double, 2>& w) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 02: the packed layout of in_proj_weight"};
+  cli::Arguments arguments{"Tutorial 02: the packed layout of in_proj_weight"};
   std::string case_name = "self_seqfirst_f32";
   arguments.option("--case", case_name, "golden case (packed, float32) to split");
   if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option

@@ -109,7 +109,7 @@ int run(const std::string& case_name) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 03: the in-projection by hand"};
+  cli::Arguments arguments{"Tutorial 03: the in-projection by hand"};
   std::string case_name = "cross_seqfirst_f32";
   arguments.option("--case", case_name, "golden case (packed, no expected error) to compare with");
   if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option

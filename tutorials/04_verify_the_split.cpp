@@ -165,7 +165,7 @@ int run(const std::string& case_name) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 04: verifying the in_proj_weight split"};
+  cli::Arguments arguments{"Tutorial 04: verifying the in_proj_weight split"};
   std::string case_name = "self_seqfirst_f32";
   arguments.option("--case", case_name, "golden case (packed, need_weights, no expected error) to verify against");
   if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option

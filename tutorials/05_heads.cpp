@@ -140,7 +140,7 @@ int run(const std::string& case_name, std::size_t H) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 05: heads, step by step"};
+  cli::Arguments arguments{"Tutorial 05: heads, step by step"};
   std::string case_name = "attn_mask_float_2d_f32";
   std::size_t heads = 0;
   arguments.option("--case", case_name, "golden case (batched, no add_bias_kv / add_zero_attn, no dropout)");

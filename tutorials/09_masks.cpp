@@ -43,9 +43,9 @@ mha::Output<float> run_and_check(tutorial::Verdict& verdict, const mha::Case<flo
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 09: masks"};
+  cli::Arguments arguments{"Tutorial 09: masks"};
   std::size_t L = 4;
-  arguments.option("--causal", L, "size of the causal mask printed in step 1", /*min=*/1, /*max=*/10);
+  arguments.option("--causal", L, "size of the causal mask printed in step 1").range(1, 10);
   if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 

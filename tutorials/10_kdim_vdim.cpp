@@ -34,7 +34,7 @@ void check_forward(tutorial::Verdict& verdict, std::string_view form, mha::Multi
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 10: kdim, vdim and the separate projections"};
+  cli::Arguments arguments{"Tutorial 10: kdim, vdim and the separate projections"};
   std::string case_name = "cross_kdim_vdim_seqfirst_f32";
   arguments.option("--case", case_name, "golden case with kdim or vdim != E (float32)");
   if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option

@@ -159,7 +159,7 @@ void heatmap(const xt::xarray<double>& map, const xt::xarray<bool>& masked, std:
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 11: attention maps as PNG heatmaps"};
+  cli::Arguments arguments{"Tutorial 11: attention maps as PNG heatmaps"};
   std::string case_name = "is_causal_batchfirst_key_padding_mask_f64";
   std::filesystem::path out_dir = "attention-maps";  // in the folder the program runs from
   std::size_t n = 1;

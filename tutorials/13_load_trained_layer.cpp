@@ -28,7 +28,7 @@
 import mha.io;
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 13: load a trained layer and split it"};
+  cli::Arguments arguments{"Tutorial 13: load a trained layer and split it"};
   std::string folder = "golden/weights/transformer_encoder";
   std::string prefix = "layers.0.self_attn.";
   arguments.option("--folder", folder, "folder with model.safetensors, model.json, src.npy and PyTorch's output");

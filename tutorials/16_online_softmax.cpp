@@ -92,11 +92,11 @@ void check_case(tutorial::Verdict& verdict, const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 16: the online softmax"};
+  cli::Arguments arguments{"Tutorial 16: the online softmax"};
   std::size_t tile = 3;
   // Every size from 1 up is right. Step 3's mistake shows only up to 6: the row's maximum
   // is key 6, and from 7 on it is in the first tile, so no later tile raises it.
-  arguments.option("--tile", tile, "keys per tile in steps 2 and 3 (1 or more)", /*min=*/1);
+  arguments.option("--tile", tile, "keys per tile in steps 2 and 3 (1 or more)").range(/*min=*/1);
   if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 

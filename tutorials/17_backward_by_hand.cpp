@@ -234,7 +234,7 @@ int run(const std::string& case_name) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 17: the backward pass by hand, checked against PyTorch's autograd"};
+  cli::Arguments arguments{"Tutorial 17: the backward pass by hand, checked against PyTorch's autograd"};
   std::string case_name = "backward_cross_unbatched_f64";
   arguments.option("--case", case_name, "a backward golden case (format 2: backward_*)");
   if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option

@@ -368,7 +368,7 @@ void loss_curve(const std::vector<T>& losses, const xt::xarray<T>& pytorch, cons
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 18: train a model built on the module, step for step as PyTorch"};
+  cli::Arguments arguments{"Tutorial 18: train a model built on the module, step for step as PyTorch"};
   std::filesystem::path out_dir = "train-it";  // in the folder the program runs from
   arguments.option("--out", out_dir, "folder for loss.png, the loss curve (default: train-it/ in the current folder)");
   if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option

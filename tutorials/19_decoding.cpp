@@ -36,9 +36,9 @@ const xt::xarray<double>* argument(const mha::Case<double>& c, const std::string
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tutorial::Arguments arguments{"Tutorial 19: decoding one token at a time, and cross-attention"};
+  cli::Arguments arguments{"Tutorial 19: decoding one token at a time, and cross-attention"};
   std::size_t tokens = 6;
-  arguments.option("--tokens", tokens, "tokens to decode in step 2", /*min=*/1, /*max=*/64);
+  arguments.option("--tokens", tokens, "tokens to decode in step 2").range(1, 64);
   if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   mha::use_best_blas_kernel();  // OpenBLAS's best kernel for this CPU (README: the BLAS kernel)
 

@@ -16,7 +16,6 @@
 // the verdicts come from the grader's comparison of its tensors with PyTorch's.
 #include "third_party.hpp"
 
-#include <CLI/CLI.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,6 +31,7 @@ import mha;
 import mha.io;
 import mha.golden;
 
+#include "arguments.hpp"
 #include "grader.hpp"
 #include "sandbox.hpp"
 
@@ -572,15 +572,15 @@ int catalogue(const std::string& check_page, const std::string& write_page) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mha-grade: the labs' grader (labs/, docs/labs.md)"};
-  app.require_subcommand(1);
+  cli::Arguments arguments{"mha-grade: the labs' grader (labs/, docs/labs.md)"};
+  arguments.require_subcommand();
   std::string case_dir, answer_dir;
   bool json = false;
-  auto* diagnose = app.add_subcommand("diagnose", "grade .npy answers of one golden case, and name the mistakes");
-  diagnose->add_option("CASE", case_dir, "the golden case's folder")->required();
-  diagnose->add_option("ANSWER_DIR", answer_dir, "the folder of attn_output.npy (and attn_output_weights.npy)")
-      ->required();
-  diagnose->add_flag("--json", json, "print the verdict as one JSON object (case, verdict, error, named, departure)");
+  cli::Command diagnose =
+      arguments.subcommand("diagnose", "grade .npy answers of one golden case, and name the mistakes");
+  diagnose.option("CASE", case_dir, "the golden case's folder").required();
+  diagnose.option("ANSWER_DIR", answer_dir, "the folder of attn_output.npy (and attn_output_weights.npy)").required();
+  diagnose.flag("--json", json, "print the verdict as one JSON object (case, verdict, error, named, departure)");
 
   std::string submissions, out = "gradebook", points_file;
   std::string build = MHA_BINARY_DIR, source = MHA_SOURCE_DIR, golden;
@@ -590,32 +590,30 @@ int main(int argc, char** argv) {
   int memory_mib = 2048, output_kib = 2048;
   int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool no_sandbox = false;
-  auto* book = app.add_subcommand("gradebook", "grade a folder of submissions, one subfolder per student");
-  book->add_option("SUBMISSIONS", submissions, "the folder of submissions")->required();
-  book->add_option("--out", out, "where gradebook.md, gradebook.csv and lms.csv go")->capture_default_str();
-  book->add_option("--build-dir", build, "the configured build folder with the labs")->capture_default_str();
-  book->add_option("--golden", golden, "the golden cases (default: the source tree's golden/cases)");
-  book->add_option("-j,--jobs", jobs, "submissions graded at once, each in its own sandbox")->capture_default_str();
-  book->add_option("--points", points_file, "points per part: `NN part points` lines (labs/points.txt)");
-  book->add_option("--build-timeout", s.build.wall_seconds, "seconds on the clock for each build")
-      ->capture_default_str();
-  book->add_option("--run-timeout", s.run.wall_seconds, "seconds on the clock for each run")->capture_default_str();
-  book->add_option("--cpu-time", s.run.cpu_seconds, "CPU seconds of each process of a run")->capture_default_str();
-  book->add_option("--memory", memory_mib, "MiB of memory for each run (a build gets at least 2048)")
-      ->capture_default_str();
-  book->add_option("--processes", s.run.processes, "processes and threads of each run")->capture_default_str();
-  book->add_option("--output", output_kib, "KiB kept of what each build or run prints")->capture_default_str();
-  book->add_flag("--no-sandbox", no_sandbox,
-                 "grade without the sandbox (limits only): each submission runs with your rights");
+  cli::Command book = arguments.subcommand("gradebook", "grade a folder of submissions, one subfolder per student");
+  book.option("SUBMISSIONS", submissions, "the folder of submissions").required();
+  book.option("--out", out, "where gradebook.md, gradebook.csv and lms.csv go").show_default();
+  book.option("--build-dir", build, "the configured build folder with the labs").show_default();
+  book.option("--golden", golden, "the golden cases (default: the source tree's golden/cases)");
+  book.option("-j,--jobs", jobs, "submissions graded at once, each in its own sandbox").show_default();
+  book.option("--points", points_file, "points per part: `NN part points` lines (labs/points.txt)");
+  book.option("--build-timeout", s.build.wall_seconds, "seconds on the clock for each build").show_default();
+  book.option("--run-timeout", s.run.wall_seconds, "seconds on the clock for each run").show_default();
+  book.option("--cpu-time", s.run.cpu_seconds, "CPU seconds of each process of a run").show_default();
+  book.option("--memory", memory_mib, "MiB of memory for each run (a build gets at least 2048)").show_default();
+  book.option("--processes", s.run.processes, "processes and threads of each run").show_default();
+  book.option("--output", output_kib, "KiB kept of what each build or run prints").show_default();
+  book.flag("--no-sandbox", no_sandbox,
+            "grade without the sandbox (limits only): each submission runs with your rights");
 
-  auto* cat = app.add_subcommand("catalogue", "print the catalogue of mistakes as docs/labs.md's table");
+  cli::Command cat = arguments.subcommand("catalogue", "print the catalogue of mistakes as docs/labs.md's table");
   std::string check_page, write_page;
-  cat->add_option("--check", check_page, "fail when the page's <!-- catalogue --> block is not the table");
-  cat->add_option("--write", write_page, "write the table into the page's <!-- catalogue --> block");
-  CLI11_PARSE(app, argc, argv);
+  cat.option("--check", check_page, "fail when the page's <!-- catalogue --> block is not the table");
+  cat.option("--write", write_page, "write the table into the page's <!-- catalogue --> block");
+  if (const auto stop = arguments.parse(argc, argv)) return *stop;  // --help, or a bad option
   try {
-    if (*diagnose) return grader::diagnose_npy(case_dir, answer_dir, json);
-    if (*cat) return catalogue(check_page, write_page);
+    if (diagnose.chosen()) return grader::diagnose_npy(case_dir, answer_dir, json);
+    if (cat.chosen()) return catalogue(check_page, write_page);
     s.out = fs::absolute(out);
     s.golden = fs::absolute(golden.empty() ? fs::path(source) / "golden" / "cases" : fs::path(golden));
     // A run gets what --memory says; a build at least 2 GiB, what the compiler needs.
