@@ -44,9 +44,9 @@ struct SafetensorsTensor {
 };
 
 // One "__metadata__" entry: free-form text under a key.
-// (A struct, not std::map<std::string, std::string>: clang 16 reports a false ODR mismatch
-// for std::pair<const std::string, std::string> between this file and code that
-// includes CLI11 before `import mha.io;`.)
+// (A struct, not std::map<std::string, std::string>: clang 16 reported a false ODR mismatch
+// for std::pair<const std::string, std::string> between this file and a program that
+// included CLI11 before `import mha.io;`, as the tools did before tools/arguments.cpp.)
 struct MetadataEntry {
   std::string key, value;
 };
