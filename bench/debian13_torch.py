@@ -43,7 +43,7 @@ def reference_blas(root: Path):
     """Why the root's PyTorch would run on a BLAS no user runs it on, or None. Its
     libblas.so.3 is chosen by Debian's alternatives: OpenBLAS when a libopenblas0 package
     is installed (scripts/setup installs one), else the reference BLAS of libblas3, which
-    python3-torch alone pulls in and which is tens of times slower. A peer timed on that
+    python3-torch alone pulls in and which is many times slower. A peer timed on that
     would be a peer at its worst."""
     links = sorted((root / "etc" / "alternatives").glob("libblas.so.3-*"))
     target = os.readlink(links[0]) if links and links[0].is_symlink() else None

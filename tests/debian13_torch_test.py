@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tests/debian13_torch_test.py: bench/compare times PyTorch 2.6 only on OpenBLAS.
 
-python3-torch alone, in a Debian 13 root, pulls in the reference BLAS (libblas3), tens of
+python3-torch alone, in a Debian 13 root, pulls in the reference BLAS (libblas3), many
 times slower than OpenBLAS; a comparison against it would be against PyTorch at its worst.
 bench/debian13_torch.py's reference_blas() reads which libblas.so.3 Debian's alternatives
 chose in the root. This test builds fake roots: one whose alternative is OpenBLAS (no
