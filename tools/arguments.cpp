@@ -47,14 +47,11 @@ Option Command::option(const std::string& name, T& value, const std::string& hel
   return Option(app_->add_option(name, value, help));
 }
 
-// The types a program may give option(): a type not listed here is a link error.
+// The types the programs give option(); any other is a link error. On the LP64 systems the
+// project builds on, long is std::int64_t and unsigned long is std::size_t and std::uint64_t.
 template Option Command::option(const std::string&, int&, const std::string&);
 template Option Command::option(const std::string&, long&, const std::string&);
-template Option Command::option(const std::string&, long long&, const std::string&);
-template Option Command::option(const std::string&, unsigned&, const std::string&);
 template Option Command::option(const std::string&, unsigned long&, const std::string&);
-template Option Command::option(const std::string&, unsigned long long&, const std::string&);
-template Option Command::option(const std::string&, double&, const std::string&);
 template Option Command::option(const std::string&, std::string&, const std::string&);
 template Option Command::option(const std::string&, std::filesystem::path&, const std::string&);
 template Option Command::option(const std::string&, std::vector<std::string>&, const std::string&);

@@ -59,7 +59,7 @@ class Command {
 public:
   // An option and the variable it sets; the variable's value is the default. A name
   // without dashes is a positional argument. T is one of the types arguments.cpp
-  // instantiates: int, long, long long, their unsigned forms, double, std::string,
+  // instantiates: int, std::int64_t, std::size_t (also std::uint64_t), std::string,
   // std::filesystem::path and std::vector<std::string> (an argument taken many times).
   template <class T>
   Option option(const std::string& name, T& value, const std::string& help);
