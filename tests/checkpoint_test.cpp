@@ -14,6 +14,11 @@
 
 import mha.io;
 
+// This file's names live in namespace checkpoint_test: tests/io_tests.cpp compiles it with
+// other test files, whose constants of the same names (kEncoder, kHeads, kEmbed, kRtol, kAtol)
+// would otherwise clash with its.
+namespace checkpoint_test {
+
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
@@ -246,3 +251,5 @@ TEST_CASE("listing reads no tensor data: a 64 GiB checkpoint that is all holes l
   CHECK(bias.size() == E);
   CHECK(xt::all(xt::equal(bias, 0.0f)));
 }
+
+}  // namespace checkpoint_test

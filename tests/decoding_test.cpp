@@ -8,6 +8,11 @@
 #include <cstdint>
 #include <random>
 
+// This file's names live in namespace decoding_test: tests/module_tests.cpp compiles it with
+// other test files, whose own sizes E, H and N would otherwise clash
+// with its.
+namespace decoding_test {
+
 namespace {
 
 using mha::AttentionPath;
@@ -430,3 +435,5 @@ TEST_CASE("the engine's decoding step reads the weights as they are now, not as 
     }
   }
 }
+
+}  // namespace decoding_test

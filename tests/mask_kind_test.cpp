@@ -13,6 +13,11 @@
 // N = batch, E = embed_dim, H = heads, D = head_dim, w = the window's width.
 #include "support.hpp"
 
+// This file's names live in namespace mask_kind_test: tests/paths_tests.cpp compiles it with
+// other test files, whose own sizes and Mask alias would otherwise
+// clash with its.
+namespace mask_kind_test {
+
 using mha::AttentionPath;
 using mha_test::require_close;
 
@@ -227,3 +232,5 @@ TEST_CASE("add_per_query and add_per_key refuse a part the mask's other part dis
   CHECK_MHA_ERROR(mha::textbook::add_per_key(by_query, xt::xtensor<T, 2>(xt::zeros<T>({std::size_t{1}, S}))),
                   Catch::Matchers::ContainsSubstring("N * H = 4, got (1, 5)"));
 }
+
+}  // namespace mask_kind_test
