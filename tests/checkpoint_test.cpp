@@ -14,23 +14,19 @@
 
 import mha.io;
 
-// This file's names live in namespace checkpoint_test: tests/io_tests.cpp compiles it with
-// other test files, whose constants of the same names (kEncoder, kHeads, kEmbed, kRtol, kAtol)
-// would otherwise clash with its.
-namespace checkpoint_test {
-
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kEncoder = fs::path(MHA_SOURCE_DIR) / "golden" / "weights" / "transformer_encoder" / "model.safetensors";
 // Separate projections (kdim 5, vdim 6), add_bias_kv, float64, and bool masks beside the weights.
 const std::string kSeparateCase = "add_bias_kv_add_zero_attn_kdim_vdim_unbatched_f64";
-constexpr std::int64_t kHeads = 2;              // nhead of the shipped TransformerEncoder
-constexpr std::size_t kEmbed = 8;               // its d_model
-constexpr double kRtol = 1.3e-6, kAtol = 1e-5;  // PyTorch's float32 defaults
+using mha_test::kAtol;
+using mha_test::kEmbed;
+using mha_test::kEncoder;
+using mha_test::kHeads;
+using mha_test::kRtol;
 
 using mha_test::error_of;
 using mha_test::TempDir;
@@ -251,5 +247,3 @@ TEST_CASE("listing reads no tensor data: a 64 GiB checkpoint that is all holes l
   CHECK(bias.size() == E);
   CHECK(xt::all(xt::equal(bias, 0.0f)));
 }
-
-}  // namespace checkpoint_test

@@ -23,6 +23,15 @@ namespace mha_test {
 
 inline std::filesystem::path golden_cases() { return std::filesystem::path(MHA_SOURCE_DIR) / "golden" / "cases"; }
 
+// The shipped nn.TransformerEncoder (golden/weights/transformer_encoder, model.json), which
+// weights_test.cpp and checkpoint_test.cpp both load: its file, nhead and d_model, and
+// PyTorch's float32 tolerances for its outputs.
+inline const std::filesystem::path kEncoder =
+    std::filesystem::path(MHA_SOURCE_DIR) / "golden" / "weights" / "transformer_encoder" / "model.safetensors";
+inline constexpr std::int64_t kHeads = 2;              // nhead
+inline constexpr std::size_t kEmbed = 8;               // d_model
+inline constexpr double kRtol = 1.3e-6, kAtol = 1e-5;  // PyTorch's float32 defaults
+
 // Every case folder under golden/cases (PyTorch 1.13's), as mha-golden finds them.
 inline std::vector<std::filesystem::path> all_cases() { return mha::find_cases({golden_cases()}); }
 

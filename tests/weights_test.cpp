@@ -19,11 +19,12 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kWeights = fs::path(MHA_SOURCE_DIR) / "golden" / "weights";
-const fs::path kEncoder = kWeights / "transformer_encoder" / "model.safetensors";
 const fs::path kDtypes = kWeights / "dtypes" / "dtypes.safetensors";
-constexpr std::int64_t kHeads = 2;              // nhead of the shipped TransformerEncoder
-constexpr std::size_t kEmbed = 8;               // its d_model
-constexpr double kRtol = 1.3e-6, kAtol = 1e-5;  // PyTorch's float32 defaults
+using mha_test::kAtol;
+using mha_test::kEmbed;
+using mha_test::kEncoder;
+using mha_test::kHeads;
+using mha_test::kRtol;
 
 using mha_test::error_of;
 using mha_test::TempDir;
